@@ -1,0 +1,37 @@
+# mtonnx: `make report` runs every notebook on the default params; `make test` runs the tests.
+# With no virtualenv or conda env active, everything installs into .venv (made with the python3 on PATH).
+
+ifneq ($(strip $(VIRTUAL_ENV)$(CONDA_PREFIX)),)
+  PYTHON := python
+  ENV_DIR := $(or $(VIRTUAL_ENV),$(CONDA_PREFIX))
+else
+  PYTHON := .venv/bin/python
+  ENV_DIR := .venv
+endif
+STAMP := $(ENV_DIR)/.mtonnx-installed
+PARAMS ?= params/default.yaml
+
+.PHONY: install report test lab clean distclean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@[ -x "$(PYTHON)" ] || [ "$(ENV_DIR)" != ".venv" ] || python3 -m venv .venv
+	$(PYTHON) -m pip install --disable-pip-version-check -q -e ".[dev]"
+	$(PYTHON) -m ipykernel install --sys-prefix --name mtonnx --display-name "Python (mtonnx)"
+	@touch $@
+
+report: $(STAMP)
+	$(PYTHON) -m mtonnx run --params $(PARAMS)
+
+test: $(STAMP)
+	$(PYTHON) -m pytest -q
+
+lab: $(STAMP)
+	$(PYTHON) -m jupyter lab notebooks/
+
+clean:
+	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
+
+distclean: clean
+	rm -rf .venv src/*.egg-info

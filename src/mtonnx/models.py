@@ -1,0 +1,213 @@
+"""Model sources: turn a params `model:` block into a HuggingFace-format model directory.
+
+Every later step loads that directory with `from_pretrained`, exactly as it would load the real
+model. Sources:
+- `tiny`: a seeded random MarianMTModel with opus-mt-en-zh's architecture features, tiny sizes;
+- `opus-shape`: opus-mt-en-zh's exact config with random weights (speed and size at real scale);
+- anything else: a hub name (e.g. Helsinki-NLP/opus-mt-en-zh) or, with `path`, a local copy.
+Built models are cached under `<cache>/<name>-<recipe hash>/`, written to a temp dir first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mtonnx import data
+from mtonnx.tokenizer_build import write_marian_tokenizer
+
+REQUIRED_FILES = ("config.json", "source.spm", "target.spm", "vocab.json")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+# opus-mt-en-zh's config.json, the fields that shape the network and its generation defaults.
+OPUS_MT_EN_ZH: dict[str, Any] = {
+    "activation_function": "swish",
+    "d_model": 512,
+    "encoder_layers": 6,
+    "decoder_layers": 6,
+    "encoder_attention_heads": 8,
+    "decoder_attention_heads": 8,
+    "encoder_ffn_dim": 2048,
+    "decoder_ffn_dim": 2048,
+    "vocab_size": 65001,
+    "decoder_vocab_size": 65001,
+    "max_position_embeddings": 512,
+    "pad_token_id": 65000,
+    "decoder_start_token_id": 65000,
+    "eos_token_id": 0,
+    "bos_token_id": 0,
+    "forced_eos_token_id": 0,
+    "bad_words_ids": [[65000]],
+    "num_beams": 4,
+    "max_length": 512,
+    "scale_embedding": True,
+    "static_position_embeddings": True,
+    "share_encoder_decoder_embeddings": True,
+    "tie_word_embeddings": True,
+    "normalize_embedding": False,
+    "normalize_before": False,
+    "add_final_layer_norm": False,
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "classifier_dropout": 0.0,
+    "init_std": 0.02,
+    "use_cache": True,
+    "is_encoder_decoder": True,
+}
+
+# name -> (config overrides on OPUS_MT_EN_ZH, source/target sentencepiece sizes, pad the vocab to)
+RECIPES: dict[str, dict[str, Any]] = {
+    "tiny": {
+        "config": {
+            "d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+            "max_position_embeddings": 256, "max_length": 256,
+        },
+        "spm": {"source_vocab": 1000, "target_vocab": 2000, "pad_vocab_to": None},
+    },
+    "opus-shape": {
+        "config": {},
+        "spm": {"source_vocab": 1000, "target_vocab": 2000, "pad_vocab_to": OPUS_MT_EN_ZH["vocab_size"]},
+    },
+}
+RECIPE_VERSION = 1  # bump when the build code changes what it writes
+
+
+class ModelSourceError(RuntimeError):
+    """A model that cannot be found or loaded; str() says what to do."""
+
+
+def resolve(model_params: dict[str, Any], cache_dir: str | Path) -> dict[str, Any]:
+    """Return {"dir", "name", "source", "cached", "seconds"} for a validated `model:` block."""
+    start = time.perf_counter()
+    name = model_params["name"]
+    if model_params.get("path"):
+        directory, source, cached = check_model_dir(Path(model_params["path"])), "local", True
+    elif name in RECIPES:
+        directory, cached = build(name, Path(cache_dir), seed=model_params.get("seed", 0))
+        source = "built"
+    else:
+        directory, source, cached = _from_hub(name), "hub", True
+    return {
+        "name": name,
+        "dir": str(directory),
+        "source": source,
+        "cached": cached,
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+
+
+def recipe_hash(name: str, seed: int) -> str:
+    """A hash of everything that determines a built model's files."""
+    recipe = {"name": name, "seed": seed, "version": RECIPE_VERSION, "base": OPUS_MT_EN_ZH, **RECIPES[name]}
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def build(name: str, cache_dir: Path, seed: int = 0) -> tuple[Path, bool]:
+    """Build a recipe's model into the cache unless already there; returns (directory, was_cached)."""
+    target = cache_dir / f"{name}-{recipe_hash(name, seed)}"
+    if (target / "config.json").is_file():
+        return target, True
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
+    try:
+        build_random_marian(tmp, RECIPES[name], seed)
+        os.replace(tmp, target)  # atomic: a concurrent builder's identical result may already be there
+    except OSError:
+        if not (target / "config.json").is_file():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target, False
+
+
+def build_random_marian(out_dir: Path, recipe: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Write tokenizer files and a seeded random-weight MarianMTModel into `out_dir`."""
+    import torch
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+    train = data.hsk_split("train")
+    vocab = write_marian_tokenizer(
+        out_dir, [p.en for p in train], [p.zh for p in train], **recipe["spm"],
+        model_max_length=recipe["config"].get("max_position_embeddings", 512),
+    )
+    fields = {**OPUS_MT_EN_ZH, **recipe["config"]}
+    pad = vocab["vocab_size"] - 1
+    fields.update(
+        vocab_size=vocab["vocab_size"], decoder_vocab_size=vocab["vocab_size"], pad_token_id=pad,
+        decoder_start_token_id=pad, bad_words_ids=[[pad]],
+    )
+    generation_keys = ("bad_words_ids", "num_beams", "max_length", "forced_eos_token_id")
+    config = MarianConfig(**{k: v for k, v in fields.items() if k not in generation_keys})
+    config.architectures = ["MarianMTModel"]
+    torch.manual_seed(seed)
+    model = MarianMTModel(config).eval()
+    with torch.no_grad():
+        # Non-zero so that an export or a decoding loop that drops final_logits_bias is caught.
+        model.final_logits_bias.normal_(0.0, 0.5)
+    model.generation_config = GenerationConfig(
+        bos_token_id=0, eos_token_id=0, pad_token_id=pad, decoder_start_token_id=pad,
+        forced_eos_token_id=0, bad_words_ids=[[pad]], num_beams=fields["num_beams"],
+        max_length=fields["max_length"],
+    )
+    model.save_pretrained(out_dir)
+    (out_dir / "README.md").write_text(
+        f"# Random-weight Marian ({fields['d_model']}d, {fields['encoder_layers']}+{fields['decoder_layers']} "
+        f"layers, vocab {vocab['vocab_size']})\n\nBuilt by mtonnx (seed {seed}); weights are random, so "
+        "translations are noise. Tokenizers trained on the HSK train split of hsk-sentences-audio "
+        "(CC-BY-SA-4.0).\n",
+        encoding="utf-8",
+    )
+    return vocab
+
+
+def load_pretrained(directory: str | Path):
+    """(MarianMTModel in eval mode, MarianTokenizer) from a resolved model directory."""
+    from transformers import MarianMTModel, MarianTokenizer
+
+    return MarianMTModel.from_pretrained(directory).eval(), MarianTokenizer.from_pretrained(directory)
+
+
+def check_model_dir(directory: Path) -> Path:
+    """A local model directory, checked for the files a Marian model needs."""
+    if not directory.is_dir():
+        raise ModelSourceError(f"model directory {directory} does not exist")
+    missing = [f for f in REQUIRED_FILES if not (directory / f).is_file()]
+    if not any((directory / f).is_file() for f in WEIGHT_FILES):
+        missing.append(" or ".join(WEIGHT_FILES))
+    if missing:
+        raise ModelSourceError(
+            f"model directory {directory} is missing {', '.join(missing)}; it must hold a MarianMT model "
+            "saved with save_pretrained (model and tokenizer)"
+        )
+    return directory
+
+
+def _from_hub(name: str) -> Path:
+    """A hub model from the local cache, else downloaded; one clear error when neither works."""
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.spm", "*.safetensors", "*.txt", "*.md"]
+    try:
+        return check_model_dir(Path(snapshot_download(name, local_files_only=True, allow_patterns=patterns)))
+    except Exception:  # not in the cache (or incomplete): try the hub below
+        pass
+    try:
+        return check_model_dir(Path(snapshot_download(name, allow_patterns=patterns)))
+    except Exception as err:  # any hub or network failure ends in the one message below
+        reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise ModelSourceError(
+            f"model '{name}' is not in the local Hugging Face cache and the hub could not be reached "
+            f"({type(err).__name__}: {reason}). Fix: on a machine with internet access run "
+            f"`python -c \"from transformers import MarianMTModel, MarianTokenizer as T; "
+            f"m='{name}'; d='{name.split('/')[-1]}'; MarianMTModel.from_pretrained(m).save_pretrained(d); "
+            f"T.from_pretrained(m).save_pretrained(d)\"`, copy that folder here and set `model.path` "
+            "to it in your params file."
+        ) from None

@@ -1,0 +1,130 @@
+"""Run parameters: load a params YAML file, validate it against one schema, fill defaults.
+
+Validation is hand-written and imports only PyYAML so that a bad params file fails in well
+under two seconds, before torch or papermill are imported. Every error is one line that names
+the file and the dotted key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+BUILTIN_MODELS = ("tiny", "opus-shape")
+
+
+class ParamsError(ValueError):
+    """A params file that cannot be used; str() is the one-line message shown to the user."""
+
+
+@dataclass(frozen=True)
+class Field:
+    """One leaf of the schema: its type, default and allowed values."""
+
+    type: type | tuple[type, ...]
+    default: Any
+    doc: str
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[Any, ...] | None = None
+    nullable: bool = False
+    must_exist: bool = False  # a path that must exist (relative paths: relative to the params file)
+
+
+SCHEMA: dict[str, Any] = {
+    "name": Field(str, None, "run name; defaults to the params file's stem"),
+    "model": {
+        "name": Field(str, "tiny", "'tiny', 'opus-shape', or a hub name such as Helsinki-NLP/opus-mt-en-zh"),
+        "path": Field(str, None, "local directory holding the model (overrides the hub)", nullable=True, must_exist=True),
+        "source_prefix": Field(str, "", "text put in front of every source sentence, e.g. '>>cmn_Hans<<'"),
+        "seed": Field(int, 0, "seed for the built (random-weight) models", lo=0),
+    },
+    "data": {
+        "hsk_size": Field(int, 40, "HSK sentence pairs in the eval set", lo=0, hi=4354),
+        "techdocs_size": Field(int, 16, "tech-doc sentence pairs in the eval set", lo=0, hi=48),
+        "eval_split": Field(str, "test", "HSK split the eval set draws from", choices=("dev", "test")),
+        "calibration_size": Field(int, 64, "calibration sentences (from the HSK train split)", lo=0, hi=4000),
+    },
+    "generation": {
+        "max_new_tokens": Field(int, 64, "most tokens generated per sentence", lo=1, hi=512),
+        "num_beams": Field(int, 4, "beams for beam search", lo=1, hi=16),
+        "batch_size": Field(int, 8, "sentences per batch for PyTorch generate", lo=1, hi=256),
+    },
+}
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read and validate a params file; returns the full params (defaults filled) plus `_file` and `_hash`."""
+    path = Path(path)
+    if not path.is_file():
+        raise ParamsError(f"{path}: params file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise ParamsError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    raw = {} if raw is None else raw
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}: the top level must be a mapping of keys, got {type(raw).__name__}")
+    params = _validate(raw, SCHEMA, path, prefix="")
+    if params["name"] is None:
+        params["name"] = path.stem
+    params["_file"] = str(path.resolve())
+    params["_hash"] = params_hash(params)
+    return params
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    """A short, stable hash of the validated params (private `_` keys excluded)."""
+    public = {k: v for k, v in params.items() if not k.startswith("_")}
+    return hashlib.sha256(json.dumps(public, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _validate(raw: dict, schema: dict, file: Path, prefix: str) -> dict[str, Any]:
+    for key in raw:
+        if key not in schema:
+            hint = difflib.get_close_matches(str(key), schema, n=1)
+            suggestion = f" (did you mean '{hint[0]}'?)" if hint else f" (known: {', '.join(schema)})"
+            raise ParamsError(f"{file}: unknown key '{prefix}{key}'{suggestion}")
+    out: dict[str, Any] = {}
+    for key, spec in schema.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(spec, dict):
+            section = raw.get(key, {})
+            if section is None:
+                section = {}
+            if not isinstance(section, dict):
+                raise ParamsError(f"{file}: '{dotted}' must be a mapping, got {type(section).__name__}")
+            out[key] = _validate(section, spec, file, prefix=f"{dotted}.")
+        else:
+            out[key] = _check(raw.get(key, spec.default), spec, file, dotted)
+    return out
+
+
+def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
+    if value is None:
+        if spec.nullable or spec.default is None:
+            return None
+        raise ParamsError(f"{file}: '{key}' must not be empty ({spec.doc})")
+    wanted = spec.type if isinstance(spec.type, tuple) else (spec.type,)
+    if isinstance(value, bool) and bool not in wanted or not isinstance(value, wanted):
+        names = " or ".join(t.__name__ for t in wanted)
+        raise ParamsError(f"{file}: '{key}' must be {names}, got {type(value).__name__} {value!r}")
+    if spec.choices is not None and value not in spec.choices:
+        raise ParamsError(f"{file}: '{key}' must be one of {', '.join(map(str, spec.choices))}, got {value!r}")
+    if spec.lo is not None and value < spec.lo or spec.hi is not None and value > spec.hi:
+        bounds = f"{spec.lo if spec.lo is not None else '-inf'}..{spec.hi if spec.hi is not None else 'inf'}"
+        raise ParamsError(f"{file}: '{key}' = {value!r} is out of range {bounds}")
+    if spec.must_exist:
+        resolved = (file.parent / value).resolve()
+        if not resolved.exists():
+            raise ParamsError(f"{file}: '{key}' points to {resolved}, which does not exist")
+        return str(resolved)
+    return value

@@ -1,0 +1,148 @@
+"""The pipeline: execute the numbered notebooks with papermill into a run dir, then build the report.
+
+For each notebook, in order: inject the parameters (params file, run dir, models dir), execute it
+headless, keep the executed notebook (also when it fails) and convert it to HTML. Around that:
+env.json first, the model resolved once up front (so a missing model is one clear error, not a
+failed cell), metrics merged into metrics.json and index.html written at the end, even on failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from mtonnx import envinfo, models, report
+
+NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
+KERNEL = "mtonnx"
+
+
+class RunFailed(RuntimeError):
+    """A run that could not finish; str() names the notebook and cell, or what is missing."""
+
+
+def default_models_dir() -> Path:
+    """Where built models are cached: $MTONNX_MODELS_DIR, else outputs/models under the current dir."""
+    return Path(os.environ.get("MTONNX_MODELS_DIR", "outputs/models")).resolve()
+
+
+def select_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
+    """The numbered notebooks (NN_name.ipynb) in order, optionally only those whose number is in `only`."""
+    found = sorted(p for p in notebooks_dir.glob("[0-9][0-9]_*.ipynb"))
+    if not found:
+        raise RunFailed(f"no numbered notebooks (NN_name.ipynb) in {notebooks_dir}")
+    if only is None:
+        return found
+    numbers = {p.name[:2] for p in found}
+    unknown = [n for n in only if n not in numbers]
+    if unknown:
+        raise RunFailed(f"--only {','.join(unknown)}: no such notebook (have {', '.join(sorted(numbers))})")
+    return [p for p in found if p.name[:2] in only]
+
+
+def check_kernel(name: str) -> None:
+    """Fail early, with the fix, when the Jupyter kernel papermill needs is not registered."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if name not in KernelSpecManager().find_kernel_specs():
+        raise RunFailed(
+            f"Jupyter kernel '{name}' is not registered: run `make install` "
+            f"(or `python -m ipykernel install --sys-prefix --name {name}`)"
+        )
+
+
+def run(
+    params: dict[str, Any],
+    out_dir: str | Path,
+    only: list[str] | None = None,
+    notebooks_dir: str | Path | None = None,
+    models_dir: str | Path | None = None,
+    kernel: str = KERNEL,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Execute the notebooks and write the report; raises RunFailed naming the failing notebook and cell."""
+    out_dir = Path(out_dir).resolve()
+    models_dir = Path(models_dir).resolve() if models_dir else default_models_dir()
+    notebooks = select_notebooks(Path(notebooks_dir) if notebooks_dir else NOTEBOOKS_DIR, only)
+    check_kernel(kernel)
+    if only is None:  # a full run starts clean; a partial one keeps the other notebooks' results
+        for stale in ("notebooks", report.METRICS_DIR, report.FIGURES_DIR):
+            shutil.rmtree(out_dir / stale, ignore_errors=True)
+    (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
+    env = envinfo.collect(params)
+    report.write_json(out_dir / "env.json", env)
+
+    model = models.resolve(params["model"], models_dir)
+    log(f"model {model['name']}: {model['dir']} ({'cached' if model['cached'] else 'built'}, {model['seconds']} s)")
+
+    parameters = {"params_path": params["_file"], "run_dir": str(out_dir), "models_dir": str(models_dir)}
+    results: list[dict[str, Any]] = []
+    for i, notebook in enumerate(notebooks, 1):
+        log(f"[{i}/{len(notebooks)}] {notebook.name} ...")
+        result = execute(notebook, out_dir, parameters, kernel)
+        results.append(result)
+        log(f"[{i}/{len(notebooks)}] {notebook.name} {result['status']} in {result['seconds']:.1f} s")
+        if result["status"] != "ok":
+            break
+
+    report.merge_metrics(out_dir)
+    status = "ok" if all(r["status"] == "ok" for r in results) else "failed"
+    index = report.write_index(out_dir, results, env, status)
+    log(f"report: {index}")
+    if status != "ok":
+        failed = results[-1]
+        raise RunFailed(f"{failed['name']}.ipynb {failed['error']}; partly executed notebook kept at {failed['path']}")
+    return {"status": status, "out_dir": str(out_dir), "index": str(index), "notebooks": results, "model": model}
+
+
+def execute(notebook: Path, out_dir: Path, parameters: dict[str, Any], kernel: str) -> dict[str, Any]:
+    """Run one notebook with papermill into out_dir/notebooks and convert it to HTML."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    executed = out_dir / "notebooks" / notebook.name
+    start = time.perf_counter()
+    error = None
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(executed), parameters=parameters, kernel_name=kernel, cwd=str(out_dir),
+            progress_bar=sys.stderr.isatty(), log_output=False,
+        )
+    except PapermillExecutionError as err:
+        first_line = _cell_source(executed, err.exec_count).strip().splitlines()
+        where = f"cell In[{err.exec_count}]" + (f" (`{first_line[0][:80]}`)" if first_line else "")
+        error = f"failed at {where}: {err.ename}: {err.evalue}"
+    except Exception as err:  # kernel died, bad notebook JSON, ...: still reported, never a bare traceback
+        error = f"could not be executed: {type(err).__name__}: {err}"
+    seconds = time.perf_counter() - start
+    html = _to_html(executed) if executed.is_file() else None
+    return {
+        "name": notebook.stem,
+        "status": "ok" if error is None else "failed",
+        "seconds": round(seconds, 1),
+        "error": error,
+        "path": str(executed),
+        "html": html.relative_to(out_dir).as_posix() if html else None,
+    }
+
+
+def _cell_source(notebook: Path, exec_count: int | None) -> str:
+    """The source of the executed cell shown as In[exec_count] (papermill adds cells, so not by index)."""
+    import nbformat
+
+    try:
+        cells = nbformat.read(str(notebook), as_version=4).cells
+    except (OSError, ValueError):
+        return ""
+    return next((c.source for c in cells if c.get("execution_count") == exec_count), "")
+
+
+def _to_html(notebook: Path) -> Path:
+    from nbconvert import HTMLExporter
+
+    body, _ = HTMLExporter(template_name="lab").from_filename(str(notebook))
+    return report.write_atomic(notebook.with_suffix(".html"), body)

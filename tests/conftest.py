@@ -1,0 +1,37 @@
+"""Shared fixtures: models built once per test session into a temp cache."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from mtonnx import models
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(models_dir) -> Path:
+    return models.build("tiny", models_dir)[0]
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_dir):
+    return models.load_pretrained(tiny_dir)
+
+
+def cli_env(models_dir: Path, **extra: str) -> dict[str, str]:
+    """Environment for running `python -m mtonnx` in a subprocess with the session's model cache."""
+    return {**os.environ, "MTONNX_MODELS_DIR": str(models_dir), "PYTHONUNBUFFERED": "1", **extra}
+
+
+def mtonnx_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mtonnx", *args]

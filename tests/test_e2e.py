@@ -1,0 +1,65 @@
+"""End to end: the whole pipeline on params/ci.yaml, every notebook executed, the report complete."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import nbformat
+import pytest
+
+from conftest import REPO, cli_env, mtonnx_cmd
+from mtonnx.report import flatten
+
+pytestmark = pytest.mark.e2e
+EXPECTED_METRICS = ("inspect.params_total", "inspect.bleu_greedy", "inspect.bleu_beam")
+ENV_KEYS = ("python", "packages", "onnxruntime_providers", "cpu", "git", "params", "params_hash")
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory, models_dir):
+    out = tmp_path_factory.mktemp("ci-run")
+    done = subprocess.run(mtonnx_cmd("run", "--params", "params/ci.yaml", "--out", str(out)),
+                          capture_output=True, text=True, env=cli_env(models_dir), cwd=REPO, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done
+
+
+def test_every_notebook_executed_without_error(ci_run):
+    out, done = ci_run
+    expected = sorted(p.name for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(p.name for p in (out / "notebooks").glob("*.ipynb")) == expected
+    for name in expected:
+        notebook = nbformat.read(out / "notebooks" / name, as_version=4)
+        code = [c for c in notebook.cells if c.cell_type == "code"]
+        assert all(c.execution_count is not None for c in code), name
+        assert not [o for c in code for o in c.outputs if o.output_type == "error"], name
+        assert (out / "notebooks" / name).with_suffix(".html").is_file()
+        assert f"[{expected.index(name) + 1}/{len(expected)}] {name} ok" in done.stderr
+
+
+def test_metrics_env_and_index(ci_run):
+    out, _ = ci_run
+    metrics = flatten(json.loads((out / "metrics.json").read_text()))
+    for key in EXPECTED_METRICS:
+        assert key in metrics, key
+    assert metrics["inspect.params_total"] > 0 and 0 <= metrics["inspect.bleu_beam"] <= 100
+    env = json.loads((out / "env.json").read_text())
+    for key in ENV_KEYS:
+        assert key in env, key
+    assert env["params"]["name"] == "ci" and env["packages"]["torch"].startswith("2.13.0")
+    assert "CPUExecutionProvider" in env["onnxruntime_providers"]
+    index = (out / "index.html").read_text()
+    assert "notebooks/01_inspect_model.html" in index and "inspect.bleu_beam" in index
+    assert "figures/inspect_parameters.png" in index and (out / "figures" / "inspect_parameters.png").stat().st_size > 5000
+    assert "CC-BY-SA-4.0" in index
+
+
+def test_baseline_holds_pytorch_tokens_per_sentence(ci_run, tiny):
+    out, _ = ci_run
+    pad = tiny[1].pad_token_id
+    baseline = json.loads((out / "baseline.json").read_text())
+    assert len(baseline["items"]) == 6 + 4
+    for item in baseline["items"]:
+        assert item["greedy_ids"] and item["beam_ids"] and isinstance(item["greedy"], str)
+        assert len(item["greedy_ids"]) <= 16 and pad not in item["greedy_ids"]  # bad_words_ids: pad never generated
