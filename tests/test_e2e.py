@@ -12,7 +12,9 @@ from conftest import REPO, cli_env, mtonnx_cmd
 from mtonnx.report import flatten
 
 pytestmark = pytest.mark.e2e
-EXPECTED_METRICS = ("inspect.params_total", "inspect.bleu_greedy", "inspect.bleu_beam")
+EXPECTED_METRICS = ("inspect.params_total", "inspect.bleu_greedy", "inspect.bleu_beam",
+                    "manual_export.greedy_token_match", "manual_export.parity_pass")
+EXPORTED = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "translation_step.onnx")
 ENV_KEYS = ("python", "packages", "onnxruntime_providers", "cpu", "git", "params", "params_hash")
 
 
@@ -44,6 +46,13 @@ def test_metrics_env_and_index(ci_run):
     for key in EXPECTED_METRICS:
         assert key in metrics, key
     assert metrics["inspect.params_total"] > 0 and 0 <= metrics["inspect.bleu_beam"] <= 100
+    assert metrics["manual_export.greedy_token_match"] == 1.0 and metrics["manual_export.parity_pass"] is True
+    for file in EXPORTED:
+        assert metrics[f"manual_export.max_abs_diff.{file}"] <= 1e-4
+        assert metrics[f"manual_export.dynamo.{file}"] == "ok"
+        assert metrics[f"manual_export.size_mb.{file}"] > 0
+        assert (out / "export_manual" / file).is_file()
+    assert metrics["manual_export.static_axes_error_caught"] is True
     env = json.loads((out / "env.json").read_text())
     for key in ENV_KEYS:
         assert key in env, key

@@ -80,3 +80,14 @@ def save_baseline(run_dir, pairs: list[Pair], runs: dict[str, dict], scores: dic
     }
     report.write_json(f"{run_dir}/{BASELINE_FILE}", baseline)
     return baseline
+
+
+def load_baseline(run_dir) -> dict:
+    """The baseline notebook 01 wrote for this run; a clear error when it has not run yet."""
+    import json
+    from pathlib import Path
+
+    path = Path(run_dir) / BASELINE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run notebook 01 first (python -m mtonnx run --only 01,...)")
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -51,6 +51,11 @@ SCHEMA: dict[str, Any] = {
         "eval_split": Field(str, "test", "HSK split the eval set draws from", choices=("dev", "test")),
         "calibration_size": Field(int, 64, "calibration sentences (from the HSK train split)", lo=0, hi=4000),
     },
+    "export": {
+        "exporter": Field(str, "dynamo", "torch.onnx exporter for the hand export", choices=("dynamo", "torchscript")),
+        "opset": Field(int, 18, "ONNX opset (dynamo: 18..23, torchscript: 14..20)", lo=14, hi=23),
+        "tolerance": Field(float, 1e-4, "max |ONNX - PyTorch| allowed in parity checks", lo=0.0, hi=1.0),
+    },
     "generation": {
         "max_new_tokens": Field(int, 64, "most tokens generated per sentence", lo=1, hi=512),
         "num_beams": Field(int, 4, "beams for beam search", lo=1, hi=16),
@@ -108,12 +113,26 @@ def _validate(raw: dict, schema: dict, file: Path, prefix: str) -> dict[str, Any
     return out
 
 
+def _as_float(value: Any) -> Any:
+    """YAML 1.1 reads `1e-4` as a string and `1` as an int; both are meant as floats."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
     if value is None:
         if spec.nullable or spec.default is None:
             return None
         raise ParamsError(f"{file}: '{key}' must not be empty ({spec.doc})")
     wanted = spec.type if isinstance(spec.type, tuple) else (spec.type,)
+    if float in wanted:
+        value = _as_float(value)
     if isinstance(value, bool) and bool not in wanted or not isinstance(value, wanted):
         names = " or ".join(t.__name__ for t in wanted)
         raise ParamsError(f"{file}: '{key}' must be {names}, got {type(value).__name__} {value!r}")

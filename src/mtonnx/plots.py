@@ -21,3 +21,29 @@ def barh(rows: list[dict[str, Any]], label: str, value: str, title: str, xlabel:
     ax.margins(x=0.18)
     fig.tight_layout()
     return fig
+
+
+def grouped_bars(rows: list[dict[str, Any]], category: str, series: list[str], title: str, ylabel: str,
+                 stacked: bool = False, log: bool = False):
+    """Bars per category (x axis), one bar per series side by side, or stacked."""
+    import numpy as np
+
+    labels = [str(r[category]) for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
+    width = 0.8 if stacked else 0.8 / len(series)
+    bottom = np.zeros(len(rows))
+    for i, name in enumerate(series):
+        values = np.array([r.get(name) or 0 for r in rows], dtype=float)
+        offset = 0 if stacked else (i - (len(series) - 1) / 2) * width
+        ax.bar(x + offset, values, width, bottom=bottom if stacked else None, label=name)
+        if stacked:
+            bottom += values
+    ax.set_xticks(x, labels, rotation=15, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if log:
+        ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    return fig

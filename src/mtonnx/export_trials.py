@@ -1,0 +1,57 @@
+"""Both torch.onnx exporters attempted on every subgraph: what each produced, the real error where one
+failed, export time, file size and parity. Failures are data here, never hidden."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mtonnx import export, graphinfo, validate
+
+CONFIGS = (("torchscript", "sdpa"), ("dynamo", "sdpa"), ("dynamo", "eager"))
+
+
+def try_exporters(model_dir: str | Path, reference, configs=CONFIGS, opset: int = export.DEFAULT_OPSET,
+                  tolerance: float = 1e-4) -> list[dict[str, Any]]:
+    """One row per (exporter, attention implementation, file); `reference` is the PyTorch model to match."""
+    rows = []
+    config = reference.config
+    for exporter, attention in configs:
+        model = export.load_for_export(model_dir, attention)
+        sample = export.Sample(model)
+        work = Path(tempfile.mkdtemp(prefix=f"mtonnx-{exporter}-{attention}-"))
+        try:
+            for spec in export.subgraphs(config.decoder_layers):
+                row = {"exporter": exporter, "attention": attention, "file": spec.file}
+                try:
+                    done = export.export_subgraph(model, spec, sample, work / spec.file, exporter, opset)
+                except Exception as err:  # the exporter's own failure is the result we report
+                    rows.append({**row, "status": "failed", "error": export.error_summary(err)})
+                    continue
+                check = validate.parity(reference, work, tolerance, files=[spec.file])["files"][spec.file]
+                info = graphinfo.summary(work / spec.file, config.vocab_size, config.d_model)
+                rows.append({**row, "status": "ok" if check["pass"] else "parity failed", "error": None,
+                             "seconds": done["seconds"], "size_mb": info["size_mb"], "nodes": info["nodes"],
+                             "embedding_copies": info["embedding_copies"], "max_abs_diff": check["max_abs_diff"]})
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (exporter, attention): files exported, which failed, time, size, worst diff, embedding copies."""
+    out = []
+    for exporter, attention in dict.fromkeys((r["exporter"], r["attention"]) for r in rows):
+        mine = [r for r in rows if r["exporter"] == exporter and r["attention"] == attention]
+        ok = [r for r in mine if r["status"] == "ok"]
+        out.append({
+            "exporter": exporter, "attention": attention, "files ok": f"{len(ok)}/{len(mine)}",
+            "failed": ", ".join(r["file"] for r in mine if r["status"] != "ok") or "-",
+            "export seconds": round(sum(r["seconds"] for r in ok), 1),
+            "total MB": round(sum(r["size_mb"] for r in ok), 2),
+            "worst diff": max((r["max_abs_diff"] for r in ok), default=None),
+            "embedding copies per decoder file": sorted({r["embedding_copies"] for r in ok if "decoder" in r["file"]}),
+        })
+    return out
