@@ -46,7 +46,7 @@ def test_greedy_over_the_files_is_token_exact_with_generate(exported, tiny):
     model, tokenizer = tiny
     pairs = data.eval_set({"hsk_size": 8, "techdocs_size": 4, "eval_split": "test"})
     sources = [p.en for p in pairs]
-    reference = evaluate.translate_torch(model, tokenizer, sources, num_beams=1, max_new_tokens=20, batch_size=4,
+    reference = evaluate.translate_generate(model, tokenizer, sources, num_beams=1, max_new_tokens=20, batch_size=4,
                                          progress=False)
     result = validate.greedy_match(out, tokenizer, sources, reference["token_ids"],
                                    generation_config=model.generation_config, max_new_tokens=20, batch_size=5,

@@ -1,4 +1,4 @@
-"""Reference translations with PyTorch `generate`, and BLEU / chrF against the references.
+"""Translations with any model's `generate` (PyTorch, or optimum's ORT model), and BLEU / chrF.
 
 The PyTorch outputs (token ids and text) are the baseline every later export is compared with.
 Scores use sacrebleu with tokenize="zh" (character-level for Chinese), signatures recorded.
@@ -21,7 +21,7 @@ BASELINE_FILE = "baseline.json"
 
 
 @torch.no_grad()
-def translate_torch(
+def translate_generate(
     model,
     tokenizer,
     sentences: list[str],
@@ -32,7 +32,7 @@ def translate_torch(
     source_prefix: str = "",
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Translate with `model.generate` in batches; returns hypotheses, token ids and seconds."""
+    """Translate with `model.generate` in batches (PyTorch or an ORTModel); returns hypotheses, token ids, seconds."""
     hypotheses: list[str] = []
     token_ids: list[list[int]] = []
     start = time.perf_counter()

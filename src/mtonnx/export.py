@@ -116,9 +116,14 @@ class Subgraph:
 B, S, T, P = "batch_size", "encoder_sequence_length", "decoder_sequence_length", "past_decoder_sequence_length"
 
 
+def past_names(layers: int) -> list[str]:
+    """decoder_with_past's cache inputs, in the per-layer order self key, self value, cross key, cross value."""
+    return [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in KV]
+
+
 def subgraphs(layers: int) -> list[Subgraph]:
     """The four files of the hand export for a model with `layers` decoder layers."""
-    past = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in KV]
+    past = past_names(layers)
     present = [f"present.{i}.{kv}" for i in range(layers) for kv in KV]
     present_self = [n for n in present if ".decoder." in n]
 

@@ -49,3 +49,28 @@ def embedding_fingerprints(path: str | Path, vocab_size: int, d_model: int) -> l
             array = array if array.shape == (vocab_size, d_model) else array.T
             out.append(hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()[:12])
     return out
+
+
+def duplicated_mb(paths: list[str | Path]) -> dict[str, float]:
+    """Bytes of weights stored more than once across (and within) files: total minus unique, by content."""
+    import hashlib
+
+    total, unique = 0, {}
+    for path in paths:
+        for tensor in constant_tensors(onnx.load(str(path))):
+            array = numpy_helper.to_array(tensor)
+            if array.nbytes < 1024:  # shapes and scalars: not weights
+                continue
+            total += array.nbytes
+            unique[hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()] = array.nbytes
+    return {"total_mb": round(total / 2**20, 3), "unique_mb": round(sum(unique.values()) / 2**20, 3),
+            "duplicated_mb": round((total - sum(unique.values())) / 2**20, 3)}
+
+
+def largest_initializers(path: str | Path, count: int = 8) -> list[dict[str, Any]]:
+    """The biggest constant tensors of a file: name, shape, dtype, MB."""
+    rows = [{"name": t.name or "(Constant node)", "shape": list(t.dims),
+             "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name,
+             "mb": round(numpy_helper.to_array(t).nbytes / 2**20, 3)}
+            for t in constant_tensors(onnx.load(str(path)))]
+    return sorted(rows, key=lambda r: -r["mb"])[:count]

@@ -47,3 +47,48 @@ def grouped_bars(rows: list[dict[str, Any]], category: str, series: list[str], t
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+def decoding_flow():
+    """Which outputs feed which inputs: the encoder once, decoder_model at step 1, decoder_with_past at step t."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    fig, ax = plt.subplots(figsize=(11, 5.2))
+    ax.set_xlim(0, 11)
+    ax.set_ylim(0, 5.2)
+    ax.axis("off")
+    boxes = {
+        "source": (0.2, 2.3, 1.6, 0.8, "source ids\n+ attention_mask", "#dddddd"),
+        "encoder": (2.4, 2.3, 1.8, 0.8, "encoder_model\n(once)", "#a6cee3"),
+        "first": (5.0, 3.8, 2.0, 0.9, "decoder_model\n(step 1)", "#b2df8a"),
+        "past": (5.0, 0.5, 2.0, 0.9, "decoder_with_past\n(step t = 2, 3, ...)", "#fdbf6f"),
+        "pick": (8.6, 2.3, 2.1, 0.8, "logits -> next token\n(argmax / beams)", "#dddddd"),
+    }
+    for x, y, w, h, text, color in boxes.values():
+        ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle="round,pad=0.05", fc=color, ec="#333333"))
+        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9)
+
+    def arrow(start, end, label, color="#333333", rad=0.0, dy=0.12, dx=0.0):
+        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=12, color=color,
+                                     connectionstyle=f"arc3,rad={rad}", lw=1.3))
+        ax.text((start[0] + end[0]) / 2 + dx, (start[1] + end[1]) / 2 + dy, label, fontsize=7.5, ha="center",
+                color=color)
+
+    arrow((1.8, 2.7), (2.4, 2.7), "ids, mask")
+    arrow((4.2, 2.9), (5.0, 4.1), "encoder_hidden_states\n+ encoder_attention_mask", dy=0.3, dx=-0.9)
+    arrow((4.2, 2.5), (5.0, 1.0), "encoder_attention_mask", dy=-0.3, dx=-0.9)
+    ax.text(6.0, 4.95, "input_ids = decoder_start_token_id (pad)", fontsize=7.5, ha="center")
+    arrow((6.0, 3.8), (6.0, 1.4), "present.i.encoder.* -> past_key_values.i.encoder.*\n(cross K/V: computed once, reused)",
+          color="#1f78b4", dy=0.0)
+    arrow((6.6, 3.8), (6.6, 1.4), "", color="#33a02c")
+    ax.text(6.7, 2.0, "present.i.decoder.*\n-> past_key_values.i.decoder.*\n(self K/V, length t-1)", fontsize=7.5,
+            color="#33a02c")
+    arrow((7.0, 4.2), (8.6, 2.9), "logits", dy=0.2)
+    arrow((7.0, 0.9), (8.6, 2.5), "logits", dy=-0.3)
+    arrow((9.6, 2.3), (7.0, 0.6), "input_ids (the new token only)", rad=-0.3, dy=-0.55)
+    ax.add_patch(FancyArrowPatch((5.0, 0.7), (5.0, 1.2), arrowstyle="-|>", mutation_scale=12, color="#33a02c",
+                                 connectionstyle="arc3,rad=-1.6", lw=1.3))
+    ax.text(3.4, 0.15, "present.i.decoder.* (grown by 1) -> next step's past", fontsize=7.5, color="#33a02c")
+    ax.set_title("How the exported subgraphs connect across decoding steps", fontsize=11)
+    fig.tight_layout()
+    return fig

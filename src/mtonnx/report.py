@@ -79,6 +79,7 @@ def write_index(run_dir: str | Path, notebooks: list[dict[str, Any]], env: dict[
     metrics_path = run_dir / "metrics.json"
     metrics = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
     figures = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / FIGURES_DIR).glob("*.png"))
+    graphs = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.glob("graphs/**/*") if p.suffix in (".png", ".svg"))
     jinja = Environment(loader=PackageLoader("mtonnx", "templates"), autoescape=select_autoescape())
     jinja.filters["fmt"] = format_value
     html = jinja.get_template("index.html").render(
@@ -86,6 +87,7 @@ def write_index(run_dir: str | Path, notebooks: list[dict[str, Any]], env: dict[
         notebooks=notebooks,
         sections={section: flatten(values) for section, values in metrics.items()},
         figures=figures,
+        graphs=graphs,
         env=env,
         credit=HSK_CREDIT,
     )

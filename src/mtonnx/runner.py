@@ -79,7 +79,8 @@ def run(
     model = models.resolve(params["model"], models_dir)
     log(f"model {model['name']}: {model['dir']} ({'cached' if model['cached'] else 'built'}, {model['seconds']} s)")
 
-    parameters = {"params_path": params["_file"], "run_dir": str(out_dir), "models_dir": str(models_dir)}
+    parameters = {"params_path": params["_file"], "run_dir": str(out_dir), "models_dir": str(models_dir),
+                  "interactive": False}
     results: list[dict[str, Any]] = []
     for i, notebook in enumerate(notebooks, 1):
         log(f"[{i}/{len(notebooks)}] {notebook.name} ...")

@@ -17,7 +17,7 @@ import onnx
 import onnxruntime as ort
 import torch
 
-from mtonnx.export import KV, MANIFEST, io_table
+from mtonnx.export import MANIFEST, past_names, subgraphs
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class _Inputs:
             return ({"input_ids": self.decoder_input_ids.numpy(), "encoder_hidden_states": self.hidden.numpy(),
                      "encoder_attention_mask": mask}, list(self.first))
         if file == "decoder_with_past_model.onnx":
-            names = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in KV]
+            names = past_names(layers)
             feeds = {"input_ids": self.next_token.numpy(), "encoder_attention_mask": mask}
             feeds.update({n: t.numpy() for n, t in zip(names, self.past)})
             return feeds, list(self.step)
@@ -153,15 +153,16 @@ def parity(model, export_dir: str | Path, tolerance: float = 1e-4, cases: tuple[
     layers = model.config.decoder_layers
     inputs = {case.name: _Inputs(model, case) for case in cases}
     result: dict[str, Any] = {"tolerance": tolerance, "files": {}}
+    outputs = {spec.file: spec.outputs for spec in subgraphs(layers)}
     for file in files:
         sess = session(export_dir / file)
         per_case = {}
         for case in cases:
             feeds, expected = inputs[case.name].feeds_and_expected(file, layers)
-            got = sess.run(None, feeds)
+            got = sess.run(outputs[file], feeds)  # by name: optimum's files order their outputs differently
             diffs = [float(np.abs(g - e.numpy()).max()) for g, e in zip(got, expected)]
             worst = int(np.argmax(diffs))
-            per_case[case.name] = {"max_abs_diff": diffs[worst], "worst_output": sess.get_outputs()[worst].name,
+            per_case[case.name] = {"max_abs_diff": diffs[worst], "worst_output": outputs[file][worst],
                                    "outputs": len(got), "pass": diffs[worst] <= tolerance}
         result["files"][file] = {
             "cases": per_case,
@@ -199,7 +200,7 @@ def greedy_tokens(export_dir: str | Path, input_ids: np.ndarray, attention_mask:
                                         "encoder_attention_mask": attention_mask})
     cross = [t for i, t in enumerate(present) if i % 4 >= 2]  # computed once, reused every step
     self_kv = [t for i, t in enumerate(present) if i % 4 < 2]
-    names = [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in KV]
+    names = past_names(layers)
     done = np.zeros(batch, dtype=bool)
     generated: list[np.ndarray] = []
     for step in range(max_new_tokens):

@@ -1,0 +1,70 @@
+"""netron renders real pictures in headless Chromium, keeps working when its build is old, cleans up."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+
+import numpy as np
+import psutil
+import pytest
+from PIL import Image
+
+from mtonnx import export, graphview
+
+if graphview.find_chromium() is None:
+    if os.environ.get("CI"):
+        pytest.fail("CI must install Chromium (.ci/run does: apt-get install chromium)", pytrace=False)
+    pytest.skip("Chromium is not installed", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def encoder(tiny_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("graph")
+    export.export_manual(tiny_dir, out / "export", exporter="torchscript", files=["encoder_model.onnx"])
+    return out / "export" / "encoder_model.onnx"
+
+
+def browser_processes() -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        command = " ".join(process.info["cmdline"] or [])
+        if "chromium" in command.split(" ")[0] or "mtonnx.graphview" in command:
+            found.append(process)
+    return found
+
+
+def assert_real_picture(path) -> None:
+    image = np.asarray(Image.open(path).convert("L"), dtype=float)
+    assert path.stat().st_size > 20_000 and min(image.shape) > 300
+    assert image.std() > 10  # a blank or uniform page would be ~0
+
+
+def test_renders_png_and_svg_with_real_content(encoder, tmp_path):
+    before = browser_processes()
+    result = graphview.render(encoder, tmp_path)
+    assert [os.path.basename(p) for p in result["images"]] == ["encoder_model.png", "encoder_model.svg"]
+    assert_real_picture(tmp_path / "encoder_model.png")
+    svg = (tmp_path / "encoder_model.svg").read_text()
+    assert svg.startswith("<svg") or "<svg" in svg[:500]
+    assert svg.count("class=\"node") > 20
+    assert browser_processes() == before  # no netron or Chromium outlives the render
+
+
+def test_an_aged_netron_build_still_renders(encoder, tmp_path):
+    later = dt.datetime.now() + dt.timedelta(days=400)  # netron refuses builds older than 180 days
+    result = graphview.render(encoder, tmp_path, formats=("png",), fake_now=later)
+    assert_real_picture(tmp_path / "encoder_model.png")
+    assert result["images"]
+
+
+def test_without_the_build_date_fix_an_aged_build_refuses(encoder, tmp_path):
+    later = dt.datetime.now() + dt.timedelta(days=400)
+    with pytest.raises(graphview.GraphViewError, match="Please update to the newest version"):
+        graphview.render(encoder, tmp_path, formats=("png",), fake_now=later, keep_build_date=True, timeout_s=10)
+    assert not browser_processes()
+
+
+def test_missing_graph_is_a_clear_error(tmp_path):
+    with pytest.raises(graphview.GraphViewError, match=r"nope.onnx: no such ONNX file"):
+        graphview.render(tmp_path / "nope.onnx", tmp_path)
