@@ -35,3 +35,22 @@ def cli_env(models_dir: Path, **extra: str) -> dict[str, str]:
 
 def mtonnx_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "mtonnx", *args]
+
+
+@pytest.fixture(scope="session")
+def hand_export(tiny_dir, tmp_path_factory) -> Path:
+    """The tiny model exported by hand (TorchScript exporter: seconds, where torch.export takes ~30 s)."""
+    from mtonnx import export
+
+    out = tmp_path_factory.mktemp("hand") / "export_manual"
+    export.export_manual(tiny_dir, out, exporter="torchscript")
+    return out
+
+
+@pytest.fixture(scope="session")
+def optimum_dir(tiny_dir, tmp_path_factory) -> Path:
+    from mtonnx import optimum_export
+
+    out = tmp_path_factory.mktemp("optimum") / "export_optimum"
+    optimum_export.export_optimum(tiny_dir, out)
+    return out

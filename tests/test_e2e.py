@@ -13,7 +13,10 @@ from mtonnx.report import flatten
 
 pytestmark = pytest.mark.e2e
 EXPECTED_METRICS = ("inspect.params_total", "inspect.bleu_greedy", "inspect.bleu_beam",
-                    "manual_export.greedy_token_match", "manual_export.parity_pass")
+                    "manual_export.greedy_token_match", "manual_export.parity_pass",
+                    "optimum_export.greedy_token_match", "optimum_export.beam_token_match", "optimum_export.duplicated_mb",
+                    "graphview.rendered", "runtime.greedy_token_match", "runtime.beam_token_match",
+                    "runtime.cache_speedup_16", "runtime.vs_generate_b1_16")
 EXPORTED = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "translation_step.onnx")
 ENV_KEYS = ("python", "packages", "onnxruntime_providers", "cpu", "git", "params", "params_hash")
 
@@ -53,6 +56,12 @@ def test_metrics_env_and_index(ci_run):
         assert metrics[f"manual_export.size_mb.{file}"] > 0
         assert (out / "export_manual" / file).is_file()
     assert metrics["manual_export.static_axes_error_caught"] is True
+    for key in ("optimum_export.greedy_token_match", "optimum_export.beam_token_match",
+                "optimum_export.merged_beam_token_match", "runtime.greedy_token_match", "runtime.beam_token_match",
+                "runtime.cached_equals_no_cache"):
+        assert metrics[key] == 1.0, key
+    assert metrics["runtime.runtime_imports_torch"] is False
+    assert len(metrics["graphview.rendered"]) == 8 and all((out / p).stat().st_size > 10_000 for p in metrics["graphview.rendered"])
     env = json.loads((out / "env.json").read_text())
     for key in ENV_KEYS:
         assert key in env, key

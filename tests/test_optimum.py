@@ -8,12 +8,8 @@ import pytest
 from mtonnx import data, evaluate, optimum_export, validate
 
 
-@pytest.fixture(scope="module")
-def optimum_dir(tiny_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("optimum") / "export_optimum"
-    result = optimum_export.export_optimum(tiny_dir, out)
-    assert sorted(result["files"]) == sorted(optimum_export.FILES)
-    return out
+def test_export_writes_all_four_files(optimum_dir):
+    assert sorted(p.name for p in optimum_dir.glob("*.onnx")) == sorted(optimum_export.FILES)
 
 
 @pytest.mark.parametrize("merged", [False, True], ids=["split", "merged"])
@@ -24,7 +20,7 @@ def test_ort_generate_is_token_identical_with_pytorch(optimum_dir, tiny, merged,
     kwargs = dict(num_beams=beams, max_new_tokens=20, batch_size=4, progress=False)
     expected = evaluate.translate_generate(model, tokenizer, sources, **kwargs)
     got = evaluate.translate_generate(optimum_export.load_ort_model(optimum_dir, merged), tokenizer, sources, **kwargs)
-    result = optimum_export.token_match(got["token_ids"], expected["token_ids"])
+    result = validate.token_match(got["token_ids"], expected["token_ids"])
     assert result["match"] == 1.0, result["mismatches"]
 
 
@@ -34,18 +30,9 @@ def test_optimum_files_match_pytorch_within_tolerance(optimum_dir, tiny):
     assert result["pass"], {f: v["max_abs_diff"] for f, v in result["files"].items()}
 
 
-def test_token_match_reports_mismatches():
-    result = optimum_export.token_match([[1, 2, 0], [3, 0]], [[1, 2, 0], [3, 4, 0]])
-    assert result["match"] == 0.5 and result["mismatches"][0]["index"] == 1
-
-
-def test_side_by_side_compares_io_and_counts_duplicated_weights(optimum_dir, tiny_dir, tmp_path, tiny):
-    from mtonnx import export
-
-    manual = tmp_path / "manual"
-    export.export_manual(tiny_dir, manual, exporter="torchscript")
+def test_side_by_side_compares_io_and_counts_duplicated_weights(optimum_dir, hand_export, tiny):
     config = tiny[0].config
-    side = optimum_export.side_by_side(manual, optimum_dir, config.vocab_size, config.d_model)
+    side = optimum_export.side_by_side(hand_export, optimum_dir, config.vocab_size, config.d_model)
     assert {r["export"] for r in side["files"]} == {"manual", "optimum"}
     io = {(r["file"], r["kind"], r["name"]): r for r in side["io"]}
     assert io[("decoder_with_past_model.onnx", "input", "past_key_values.0.encoder.key")]["same dtype and rank"]

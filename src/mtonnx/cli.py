@@ -1,7 +1,8 @@
-"""The `mtonnx` command line: `run` executes the notebook pipeline for a params file.
+"""The `mtonnx` command line.
 
-Heavy libraries (torch, papermill) are imported only after the params file validated, so a bad
-params file is reported in well under two seconds.
+- `run`: execute the notebook pipeline for a params file. Heavy libraries (torch, papermill) are
+  imported only after the params file validated, so a bad params file is reported in well under 2 s.
+- `translate`: translate English text with an exported model, torch-free (the deployed runtime).
 """
 
 from __future__ import annotations
@@ -22,8 +23,20 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", help="run directory (default: outputs/<params name>)")
     run.add_argument("--only", help="comma-separated notebook numbers to run, e.g. 01,02")
     run.add_argument("--notebooks", help="directory of NN_name.ipynb notebooks (default: the project's)")
+    translate = commands.add_parser("translate", help="translate English text with an exported model (no torch)")
+    translate.add_argument("--model-dir", required=True, help="export directory (hand export or optimum's)")
+    translate.add_argument("-i", "--input", help="input text file, one sentence or paragraph per line (default: stdin)")
+    translate.add_argument("-o", "--output", help="output file (default: stdout)")
+    translate.add_argument("--beams", type=int, help="beam size (default: the model's generation_config)")
+    translate.add_argument("--max-new-tokens", type=int, help="longest translation in tokens (default: the model's)")
+    translate.add_argument("--batch-size", type=int, default=16)
+    translate.add_argument("--source-prefix", default="", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
+    translate.add_argument("--decoder", default="auto", choices=("auto", "split", "merged", "no-cache"))
+    translate.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads per session")
     args = parser.parse_args(argv)
 
+    if args.command == "translate":
+        return _translate(args)
     try:
         params = load(args.params)
     except ParamsError as err:
@@ -43,4 +56,32 @@ def _run(params: dict, args: argparse.Namespace) -> int:
     except (RunFailed, ModelSourceError) as err:
         print(f"mtonnx: error: {err}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _translate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from mtonnx.runtime import ModelDirError, SessionSettings, Translator
+    from mtonnx.runtime.textio import translate_lines
+
+    try:
+        translator = Translator(args.model_dir, decoder=args.decoder, session=SessionSettings(threads=args.threads))
+        text = Path(args.input).read_text(encoding="utf-8") if args.input else sys.stdin.read()
+    except (ModelDirError, OSError) as err:
+        print(f"mtonnx: error: {err}", file=sys.stderr)
+        return 2
+    lines = text.splitlines()
+    options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
+    with tqdm(total=0, unit="sentence", file=sys.stderr, desc="translating") as bar:
+        def translate(sentences: list[str]) -> list[str]:
+            bar.reset(total=len(sentences))
+            return translator.translate(sentences, batch_size=args.batch_size, source_prefix=args.source_prefix,
+                                        progress=bar.update, **options)
+
+        result = "\n".join(translate_lines(translate, lines)) + ("\n" if lines else "")
+    if args.output:
+        Path(args.output).write_text(result, encoding="utf-8")
+    else:
+        sys.stdout.write(result)
     return 0

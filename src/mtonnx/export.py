@@ -32,6 +32,9 @@ EXPORTERS = ("torchscript", "dynamo")
 OPSETS = {"torchscript": range(14, 21), "dynamo": range(18, 24)}
 DEFAULT_OPSET = 18
 MANIFEST = "export_manifest.json"
+# Copied next to the ONNX files so an export directory is all the runtime needs (as optimum does).
+MODEL_FILES = ("config.json", "generation_config.json", "source.spm", "target.spm", "vocab.json",
+               "tokenizer_config.json", "special_tokens_map.json")
 KV = ("decoder.key", "decoder.value", "encoder.key", "encoder.value")  # legacy cache order per layer
 
 
@@ -207,6 +210,9 @@ def export_model(model, out_dir: str | Path, exporter: str = "torchscript", opse
         for spec in specs:
             entries[spec.file] = export_subgraph(model, spec, sample, tmp / spec.file, exporter, opset)
         manifest = build_manifest(model, tmp, entries, exporter, opset, source_dir)
+        for name in MODEL_FILES if source_dir else ():
+            if (Path(source_dir) / name).is_file():
+                shutil.copy2(Path(source_dir) / name, tmp / name)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         _replace_dir(tmp, out_dir)
     finally:

@@ -69,12 +69,17 @@ RECIPES: dict[str, dict[str, Any]] = {
             "d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
             "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
             "max_position_embeddings": 256, "max_length": 256,
+            # Large random weights make outputs depend on the input, and an eos bias makes lengths vary,
+            # so parity tests meet early stops, finished beams and padding, not only runs to max length.
+            "init_std": 0.3,
         },
         "spm": {"source_vocab": 1000, "target_vocab": 2000, "pad_vocab_to": None},
+        "eos_logit_bias": 8.0,
     },
     "opus-shape": {
         "config": {},
         "spm": {"source_vocab": 1000, "target_vocab": 2000, "pad_vocab_to": OPUS_MT_EN_ZH["vocab_size"]},
+        "eos_logit_bias": 0.0,
     },
 }
 RECIPE_VERSION = 1  # bump when the build code changes what it writes
@@ -152,6 +157,7 @@ def build_random_marian(out_dir: Path, recipe: dict[str, Any], seed: int) -> dic
     with torch.no_grad():
         # Non-zero so that an export or a decoding loop that drops final_logits_bias is caught.
         model.final_logits_bias.normal_(0.0, 0.5)
+        model.final_logits_bias[0, fields["eos_token_id"]] += recipe["eos_logit_bias"]
     model.generation_config = GenerationConfig(
         bos_token_id=0, eos_token_id=0, pad_token_id=pad, decoder_start_token_id=pad,
         forced_eos_token_id=0, bad_words_ids=[[pad]], num_beams=fields["num_beams"],

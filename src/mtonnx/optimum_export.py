@@ -47,13 +47,6 @@ def load_ort_model(optimum_dir: str | Path, use_merged: bool = False):
                                                 provider="CPUExecutionProvider")
 
 
-def token_match(got: list[list[int]], expected: list[list[int]]) -> dict[str, Any]:
-    """Fraction of sentences with identical token ids, and the first mismatches."""
-    mismatches = [{"index": i, "expected": e, "got": g} for i, (e, g) in enumerate(zip(expected, got)) if e != g]
-    return {"match": 1 - len(mismatches) / max(len(expected), 1), "sentences": len(expected),
-            "mismatches": mismatches[:5]}
-
-
 def side_by_side(manual_dir: str | Path, optimum_dir: str | Path, vocab_size: int, d_model: int) -> dict[str, Any]:
     """Hand export vs optimum: per-file facts, the I/O of the common files, op histograms, duplicated bytes."""
     exports = {"manual": Path(manual_dir), "optimum": Path(optimum_dir)}

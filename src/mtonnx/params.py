@@ -35,6 +35,7 @@ class Field:
     choices: tuple[Any, ...] | None = None
     nullable: bool = False
     must_exist: bool = False  # a path that must exist (relative paths: relative to the params file)
+    items: type | None = None  # for lists: the type of every item (lo/hi then apply to the items)
 
 
 SCHEMA: dict[str, Any] = {
@@ -55,6 +56,16 @@ SCHEMA: dict[str, Any] = {
         "exporter": Field(str, "dynamo", "torch.onnx exporter for the hand export", choices=("dynamo", "torchscript")),
         "opset": Field(int, 18, "ONNX opset (dynamo: 18..23, torchscript: 14..20)", lo=14, hi=23),
         "tolerance": Field(float, 1e-4, "max |ONNX - PyTorch| allowed in parity checks", lo=0.0, hi=1.0),
+    },
+    "runtime": {
+        "threads": Field(int, 1, "ONNX Runtime intra-op threads per session", lo=1, hi=64),
+        "optimization": Field(str, "all", "graph optimization level", choices=("disable", "basic", "extended", "all")),
+        "spinning": Field(bool, False, "let ORT worker threads spin-wait (oversubscribes small machines)"),
+    },
+    "bench": {
+        "warmup": Field(int, 1, "untimed runs before measuring", lo=0, hi=100),
+        "repeats": Field(int, 5, "timed runs per measurement (median, min, max reported)", lo=1, hi=1000),
+        "lengths": Field(list, [16, 32, 64, 128], "forced output lengths for cost-vs-length", items=int, lo=1, hi=512),
     },
     "generation": {
         "max_new_tokens": Field(int, 64, "most tokens generated per sentence", lo=1, hi=512),
@@ -136,6 +147,14 @@ def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
     if isinstance(value, bool) and bool not in wanted or not isinstance(value, wanted):
         names = " or ".join(t.__name__ for t in wanted)
         raise ParamsError(f"{file}: '{key}' must be {names}, got {type(value).__name__} {value!r}")
+    if spec.items is not None:
+        bad = [v for v in value if isinstance(v, bool) or not isinstance(v, spec.items)]
+        if bad or not value:
+            raise ParamsError(f"{file}: '{key}' must be a non-empty list of {spec.items.__name__}, got {value!r}")
+        out_of_range = [v for v in value if spec.lo is not None and v < spec.lo or spec.hi is not None and v > spec.hi]
+        if out_of_range:
+            raise ParamsError(f"{file}: '{key}' has {out_of_range[0]!r}, out of range {spec.lo}..{spec.hi}")
+        return value
     if spec.choices is not None and value not in spec.choices:
         raise ParamsError(f"{file}: '{key}' must be one of {', '.join(map(str, spec.choices))}, got {value!r}")
     if spec.lo is not None and value < spec.lo or spec.hi is not None and value > spec.hi:

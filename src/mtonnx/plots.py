@@ -92,3 +92,23 @@ def decoding_flow():
     ax.set_title("How the exported subgraphs connect across decoding steps", fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def lines(frame, x: str, y: str, series: str, title: str, ylabel: str, spread: tuple[str, str] | None = None,
+          logy: bool = False):
+    """One line per value of `series` (a pandas DataFrame in long form), with an optional min-max band."""
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for name, group in frame.groupby(series, sort=False):
+        group = group.sort_values(x)
+        ax.plot(group[x], group[y], marker="o", label=name)
+        if spread:
+            ax.fill_between(group[x], group[spread[0]], group[spread[1]], alpha=0.15)
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig

@@ -106,11 +106,13 @@ def execute(notebook: Path, out_dir: Path, parameters: dict[str, Any], kernel: s
     from papermill.exceptions import PapermillExecutionError
 
     executed = out_dir / "notebooks" / notebook.name
+    declared = papermill.inspect_notebook(str(notebook))  # inject only what the parameters cell declares
     start = time.perf_counter()
     error = None
     try:
         papermill.execute_notebook(
-            str(notebook), str(executed), parameters=parameters, kernel_name=kernel, cwd=str(out_dir),
+            str(notebook), str(executed), parameters={k: v for k, v in parameters.items() if k in declared},
+            kernel_name=kernel, cwd=str(out_dir),
             progress_bar=sys.stderr.isatty(), log_output=False,
         )
     except PapermillExecutionError as err:

@@ -18,6 +18,7 @@ import onnxruntime as ort
 import torch
 
 from mtonnx.export import MANIFEST, past_names, subgraphs
+from mtonnx.runtime.sessions import make_session
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,9 @@ CASES = (
 )
 
 
-def session(path: str | Path, threads: int = 1) -> ort.InferenceSession:
-    """A CPU session with a fixed thread count (no spinning: this machine has 2 vCPUs)."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+def session(path: str | Path) -> ort.InferenceSession:
+    """A one-thread CPU session without spinning (the runtime's defaults)."""
+    return make_session(path)
 
 
 def session_io(sess: ort.InferenceSession) -> dict[str, list[dict[str, Any]]]:
@@ -235,6 +232,29 @@ def greedy_match(export_dir: str | Path, tokenizer, sources: list[str], expected
                              eos=generation_config.eos_token_id, pad=generation_config.pad_token_id,
                              banned=[w[0] for w in generation_config.bad_words_ids or [] if len(w) == 1],
                              max_new_tokens=max_new_tokens, layers=layers)
+    return {**token_match(got, expected), "token_ids": got}
+
+
+def token_match(got: list[list[int]], expected: list[list[int]]) -> dict[str, Any]:
+    """Fraction of sentences with identical token ids, and the first mismatches."""
+    if len(got) != len(expected):
+        raise ValueError(f"{len(got)} outputs for {len(expected)} expected")
     mismatches = [{"index": i, "expected": e, "got": g} for i, (e, g) in enumerate(zip(expected, got)) if e != g]
     return {"match": 1 - len(mismatches) / max(len(expected), 1), "sentences": len(expected),
-            "mismatches": mismatches[:5], "token_ids": got}
+            "mismatches": mismatches[:5]}
+
+
+def runtime_parity(translator, model, tokenizer, sources: list[str], *, num_beams: int, batch_size: int,
+                   max_new_tokens: int, source_prefix: str = "") -> dict[str, Any]:
+    """The runtime's token ids vs PyTorch `generate` on the same padded batches and settings."""
+    from mtonnx.evaluate import translate_generate
+    from mtonnx.inspection import batch
+
+    expected = translate_generate(model, tokenizer, sources, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                                  batch_size=batch_size, source_prefix=source_prefix, progress=False)["token_ids"]
+    got: list[list[int]] = []
+    for i in range(0, len(sources), batch_size):
+        enc = batch(tokenizer, sources[i : i + batch_size], source_prefix)
+        got += translator.generate(enc.input_ids.numpy(), enc.attention_mask.numpy(), num_beams=num_beams,
+                                   max_new_tokens=max_new_tokens)
+    return token_match(got, expected)

@@ -1,0 +1,58 @@
+"""Benchmark helpers: warm-up, repeats, median and spread; import cost measured in a fresh process.
+
+Speed is only ever measured here (notebooks and `mtonnx bench`), never asserted in unit tests.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+
+def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> dict[str, Any]:
+    """Run `fn` `warmup` times untimed, then `repeats` times timed; milliseconds."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    ordered = sorted(times)
+    return {
+        "median_ms": round(statistics.median(times), 2),
+        "min_ms": round(ordered[0], 2),
+        "max_ms": round(ordered[-1], 2),
+        "p90_ms": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2),
+        "repeats": repeats,
+    }
+
+
+_PROBE = """
+import json, time, psutil
+start = time.perf_counter()
+exec({code!r})
+seconds = time.perf_counter() - start
+import sys
+print(json.dumps({{"seconds": seconds, "rss_mb": psutil.Process().memory_info().rss / 2**20,
+                  "torch_imported": "torch" in sys.modules, "transformers_imported": "transformers" in sys.modules}}))
+"""
+
+
+def import_cost(code: str, repeats: int = 3) -> dict[str, Any]:
+    """Seconds and resident memory to run `code` (imports + loading) in a fresh interpreter; median of repeats."""
+    runs = []
+    for _ in range(repeats):
+        done = subprocess.run([sys.executable, "-c", _PROBE.format(code=code)], capture_output=True, text=True,
+                              check=True)
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    return {
+        "seconds": round(statistics.median(r["seconds"] for r in runs), 3),
+        "rss_mb": round(statistics.median(r["rss_mb"] for r in runs), 1),
+        "torch_imported": runs[0]["torch_imported"],
+        "transformers_imported": runs[0]["transformers_imported"],
+    }

@@ -1,0 +1,138 @@
+"""ONNX Runtime sessions and the three ways to run the decoder step by step.
+
+- `CachedDecoder`: the encoder once; the first step on decoder_model (or the merged file's no-cache branch),
+  every later step on decoder_with_past (or its cache branch) with only the new token. Cross-attention K/V
+  come out of the first step and are reused, never recomputed; self-attention K/V grow by one each step.
+- `NoCacheDecoder`: the seeds' loop over translation_step.onnx: every step re-runs the encoder and the
+  whole decoder prefix. Correct, and quadratically slower: the baseline.
+One InferenceSession per file, created once and shared by all calls (ORT's run() is thread-safe).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+OPTIMIZATION = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
+KV = ("decoder.key", "decoder.value", "encoder.key", "encoder.value")
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """Thread count, graph optimization level and spin-waiting for every session of a model.
+
+    Spinning is off by default: ORT's spin-waiting worker threads oversubscribe a 2-vCPU machine
+    (a 32-token decode took ~800 ms with spinning vs ~400 ms without, here).
+    """
+
+    threads: int = 1
+    optimization: str = "all"
+    spinning: bool = False
+
+    def options(self) -> ort.SessionOptions:
+        if self.optimization not in OPTIMIZATION:
+            raise ValueError(f"optimization must be one of {', '.join(OPTIMIZATION)}, got {self.optimization!r}")
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = OPTIMIZATION[self.optimization]
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.spinning else "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "1" if self.spinning else "0")
+        return options
+
+
+def make_session(path: str | Path, settings: SessionSettings = SessionSettings()) -> ort.InferenceSession:
+    """A CPU InferenceSession for one file."""
+    return ort.InferenceSession(str(path), settings.options(), providers=["CPUExecutionProvider"])
+
+
+def layers_of(session: ort.InferenceSession) -> int:
+    """Decoder layers, counted from the past_key_values inputs."""
+    return sum(1 for i in session.get_inputs() if i.name.endswith(".decoder.key"))
+
+
+class CachedDecoder:
+    """Encoder + first-step decoder + decoder-with-past (split files, or optimum's merged file)."""
+
+    def __init__(self, encoder: ort.InferenceSession, first: ort.InferenceSession | None,
+                 with_past: ort.InferenceSession):
+        self.encoder, self.with_past = encoder, with_past
+        self.merged = first is None  # one file, switching on its use_cache_branch input
+        self.first = with_past if self.merged else first
+        self.layers = layers_of(with_past)
+        self.past_names = [f"past_key_values.{i}.{kv}" for i in range(self.layers) for kv in KV]
+        self.self_outputs = [f"present.{i}.{kv}" for i in range(self.layers) for kv in KV[:2]]
+        self.first_outputs = ["logits", *[f"present.{i}.{kv}" for i in range(self.layers) for kv in KV]]
+        self.step_outputs = ["logits", *self.self_outputs]
+        past_input = next(i for i in with_past.get_inputs() if i.name == self.past_names[0])
+        self.heads, self.head_dim = past_input.shape[1], past_input.shape[3]
+
+    def begin(self, input_ids: np.ndarray, attention_mask: np.ndarray, expand: int = 1) -> "_CachedRun":
+        hidden = self.encoder.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+        if expand > 1:  # beams: the encoder ran once per sentence, its output is shared by the sentence's beams
+            hidden, attention_mask = np.repeat(hidden, expand, axis=0), np.repeat(attention_mask, expand, axis=0)
+        return _CachedRun(self, hidden, attention_mask)
+
+
+class _CachedRun:
+    def __init__(self, decoder: CachedDecoder, hidden: np.ndarray, mask: np.ndarray):
+        self.d, self.hidden, self.mask = decoder, hidden, mask
+        self.self_kv: list[np.ndarray] | None = None
+        self.cross_kv: list[np.ndarray] = []
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        d = self.d
+        ids = tokens.reshape(-1, 1).astype(np.int64, copy=False)
+        if self.self_kv is None:
+            feeds = {"input_ids": ids, "encoder_hidden_states": self.hidden, "encoder_attention_mask": self.mask}
+            if d.merged:
+                empty = np.zeros((ids.shape[0], d.heads, 0, d.head_dim), dtype=np.float32)
+                feeds.update({name: empty for name in d.past_names}, use_cache_branch=np.array([False]))
+            logits, *present = d.first.run(d.first_outputs, feeds)
+            self.self_kv = [t for i, t in enumerate(present) if i % 4 < 2]
+            self.cross_kv = [t for i, t in enumerate(present) if i % 4 >= 2]  # computed once, reused every step
+        else:
+            feeds = {"input_ids": ids, "encoder_attention_mask": self.mask}
+            for layer in range(d.layers):
+                feeds[d.past_names[4 * layer]], feeds[d.past_names[4 * layer + 1]] = self.self_kv[2 * layer : 2 * layer + 2]
+                feeds[d.past_names[4 * layer + 2]], feeds[d.past_names[4 * layer + 3]] = self.cross_kv[2 * layer : 2 * layer + 2]
+            if d.merged:
+                feeds.update(encoder_hidden_states=self.hidden, use_cache_branch=np.array([True]))
+            logits, *self.self_kv = d.with_past.run(d.step_outputs, feeds)
+        return logits[:, -1, :]
+
+    def reorder(self, rows: np.ndarray) -> None:
+        # Beams only move within their sentence, whose rows share one source: cross K/V need no reorder.
+        self.self_kv = [kv[rows] for kv in self.self_kv]
+
+
+class NoCacheDecoder:
+    """The baseline: translation_step.onnx re-runs encoder and the whole decoder prefix at every step."""
+
+    def __init__(self, step: ort.InferenceSession):
+        self.session = step
+
+    def begin(self, input_ids: np.ndarray, attention_mask: np.ndarray, expand: int = 1) -> "_NoCacheRun":
+        if expand > 1:
+            input_ids, attention_mask = np.repeat(input_ids, expand, axis=0), np.repeat(attention_mask, expand, axis=0)
+        return _NoCacheRun(self.session, input_ids, attention_mask)
+
+
+class _NoCacheRun:
+    def __init__(self, session: ort.InferenceSession, input_ids: np.ndarray, mask: np.ndarray):
+        self.session, self.input_ids, self.mask = session, input_ids, mask
+        self.prefix = np.zeros((input_ids.shape[0], 0), dtype=np.int64)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        self.prefix = np.concatenate([self.prefix, tokens.reshape(-1, 1).astype(np.int64)], axis=1)
+        feeds = {"input_ids": self.input_ids, "attention_mask": self.mask, "decoder_input_ids": self.prefix}
+        return self.session.run(["logits"], feeds)[0][:, -1, :]
+
+    def reorder(self, rows: np.ndarray) -> None:
+        self.prefix = self.prefix[rows]
