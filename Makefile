@@ -11,7 +11,7 @@ endif
 STAMP := $(ENV_DIR)/.mtonnx-installed
 PARAMS ?= params/default.yaml
 
-.PHONY: install report test lab clean distclean
+.PHONY: install report test lab model clean distclean
 
 install: $(STAMP)
 
@@ -26,6 +26,9 @@ report: $(STAMP)
 
 test: $(STAMP)
 	$(PYTHON) -m pytest -q
+
+model: $(STAMP)
+	$(PYTHON) -m mtonnx train --params params/train.yaml
 
 lab: $(STAMP)
 	$(PYTHON) -m jupyter lab notebooks/

@@ -16,7 +16,8 @@ EXPECTED_METRICS = ("inspect.params_total", "inspect.bleu_greedy", "inspect.bleu
                     "manual_export.greedy_token_match", "manual_export.parity_pass",
                     "optimum_export.greedy_token_match", "optimum_export.beam_token_match", "optimum_export.duplicated_mb",
                     "graphview.rendered", "runtime.greedy_token_match", "runtime.beam_token_match",
-                    "runtime.cache_speedup_16", "runtime.vs_generate_b1_16")
+                    "runtime.cache_speedup_16", "runtime.vs_generate_b1_16", "quant.recommended",
+                    "quant.fp32.size_mb", "quant.int8.p50_ms_b1", "quant.int8-naive.gated", "quant.fp16.bleu")
 EXPORTED = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "translation_step.onnx")
 ENV_KEYS = ("python", "packages", "onnxruntime_providers", "cpu", "git", "params", "params_hash")
 
@@ -61,6 +62,9 @@ def test_metrics_env_and_index(ci_run):
                 "runtime.cached_equals_no_cache"):
         assert metrics[key] == 1.0, key
     assert metrics["runtime.runtime_imports_torch"] is False
+    assert metrics["quant.naive_dequantizes_embedding"] is True
+    assert metrics["quant.int8-with-embeddings.size_mb"] < 0.6 * metrics["quant.fp32.size_mb"]
+    assert metrics["quant.recommended"] in {k.split(".")[1] for k in metrics if k.startswith("quant.")}
     assert len(metrics["graphview.rendered"]) == 8 and all((out / p).stat().st_size > 10_000 for p in metrics["graphview.rendered"])
     env = json.loads((out / "env.json").read_text())
     for key in ENV_KEYS:

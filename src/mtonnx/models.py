@@ -4,6 +4,7 @@ Every later step loads that directory with `from_pretrained`, exactly as it woul
 model. Sources:
 - `tiny`: a seeded random MarianMTModel with opus-mt-en-zh's architecture features, tiny sizes;
 - `opus-shape`: opus-mt-en-zh's exact config with random weights (speed and size at real scale);
+- `hsk-enzh`: the small model `mtonnx train` trained from packaged data, committed under models/;
 - anything else: a hub name (e.g. Helsinki-NLP/opus-mt-en-zh) or, with `path`, a local copy.
 Built models are cached under `<cache>/<name>-<recipe hash>/`, written to a temp dir first.
 """
@@ -83,6 +84,9 @@ RECIPES: dict[str, dict[str, Any]] = {
     },
 }
 RECIPE_VERSION = 1  # bump when the build code changes what it writes
+# Models trained by `mtonnx train` and committed under models/ (the default is one of them).
+TRAINED_DIR = Path(__file__).resolve().parents[2] / "models"
+TRAINED = ("hsk-enzh",)
 
 
 class ModelSourceError(RuntimeError):
@@ -98,6 +102,10 @@ def resolve(model_params: dict[str, Any], cache_dir: str | Path) -> dict[str, An
     elif name in RECIPES:
         directory, cached = build(name, Path(cache_dir), seed=model_params.get("seed", 0))
         source = "built"
+    elif name in TRAINED:
+        if not (TRAINED_DIR / name / "config.json").is_file():
+            raise ModelSourceError(f"trained model {TRAINED_DIR / name} is missing: run `make model` to train it")
+        directory, source, cached = check_model_dir(TRAINED_DIR / name), "trained", True
     else:
         directory, source, cached = _from_hub(name), "hub", True
     return {

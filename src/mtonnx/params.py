@@ -67,6 +67,19 @@ SCHEMA: dict[str, Any] = {
         "repeats": Field(int, 5, "timed runs per measurement (median, min, max reported)", lo=1, hi=1000),
         "lengths": Field(list, [16, 32, 64, 128], "forced output lengths for cost-vs-length", items=int, lo=1, hi=512),
     },
+    "quant": {
+        "gate_bleu": Field(float, 0.5, "a variant losing more BLEU than this against fp32 is flagged", lo=0.0, hi=100.0),
+        "beam_sentences": Field(int, 8, "sentences timed with beam 4 per variant", lo=1, hi=10000),
+        "calibration_tokens": Field(int, 16, "decoding steps recorded per calibration batch", lo=1, hi=512),
+    },
+    "train": {
+        "out": Field(str, "../models/hsk-enzh", "where `mtonnx train` writes the model (relative to the params file)"),
+        "budget_minutes": Field(float, 75.0, "wall-clock budget for training", lo=0.1, hi=24 * 60),
+        "max_steps": Field(int, 6000, "optimizer steps (0: until the budget runs out)", lo=0),
+        "max_pairs": Field(int, 0, "use only the first N training pairs (0: all); for smoke tests", lo=0),
+        "test_sentences": Field(int, 0, "score on the first N test sentences (0: all)", lo=0),
+        "threads": Field(int, 1, "torch threads (1 keeps training deterministic)", lo=1, hi=64),
+    },
     "generation": {
         "max_new_tokens": Field(int, 64, "most tokens generated per sentence", lo=1, hi=512),
         "num_beams": Field(int, 4, "beams for beam search", lo=1, hi=16),

@@ -112,3 +112,25 @@ def lines(frame, x: str, y: str, series: str, title: str, ylabel: str, spread: t
     ax.legend()
     fig.tight_layout()
     return fig
+
+
+def scatter(points: list[dict[str, Any]], x: str, y: str, label: str, title: str, pareto: bool = False):
+    """Labelled points; with `pareto`, the front of lowest x for highest y is drawn dashed."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.scatter([p[x] for p in points], [p[y] for p in points], color="#4c72b0")
+    for p in points:
+        ax.annotate(str(p[label]), (p[x], p[y]), fontsize=7.5, xytext=(4, 3), textcoords="offset points")
+    if pareto:
+        front, best = [], float("-inf")
+        for p in sorted(points, key=lambda p: (p[x], -p[y])):
+            if p[y] > best:
+                front.append(p)
+                best = p[y]
+        ax.plot([p[x] for p in front], [p[y] for p in front], "--", color="#dd8452", label="Pareto front")
+        ax.legend()
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
