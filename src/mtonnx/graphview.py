@@ -36,6 +36,14 @@ KEEP_EVAL = """
   Object.defineProperty(window, 'eval', { get: () => original, set: () => {}, configurable: false }); })();
 """
 BUILD_DATE = re.compile(r'<meta name="date" content="[^"]*"\s*/?>')
+# Laid out: netron shows its 'default' page, nodes exist and the drawing has a real size (under load, nodes
+# appear before the layout is applied, and exporting then yields a blank picture).
+READY = """() => {
+  const canvas = document.getElementById('canvas');
+  const nodes = document.querySelectorAll('#canvas g.node').length;
+  const box = canvas && nodes ? canvas.getBBox() : null;
+  return document.body.classList.contains('default') && box && box.width > 50 && box.height > 50 ? nodes : 0;
+}"""
 
 
 class GraphViewError(RuntimeError):
@@ -166,10 +174,14 @@ def _render_here(path: Path, out_dir: Path, chromium: str, formats: list[str], t
                 page.clock.set_system_time(dt.datetime.fromisoformat(fake_now))
             page.goto(base)
             try:
-                page.wait_for_selector("#canvas g.node", state="attached", timeout=timeout_s * 1000)
+                page.wait_for_function(READY, timeout=timeout_s * 1000)
             except Exception:
                 message = page.locator("#message-text").inner_text(timeout=1000) if page.locator("#message-text").count() else ""
                 raise GraphViewError(f"netron showed no graph{f': {message!r}' if message else ''}") from None
+            previous = -1
+            while (count := page.evaluate(READY)) != previous:  # until the node count holds still
+                previous = count
+                page.wait_for_timeout(300)
             for fmt in formats:
                 with page.expect_download(timeout=timeout_s * 1000) as download:
                     page.evaluate(f"window.__view__.export('{path.stem}.{fmt}')")

@@ -182,6 +182,12 @@ def build_random_marian(out_dir: Path, recipe: dict[str, Any], seed: int) -> dic
     return vocab
 
 
+def training_report(directory: str | Path) -> dict[str, Any] | None:
+    """The training_report.json `mtonnx train` leaves beside a trained model (None for other models)."""
+    path = Path(directory) / "training_report.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def load_pretrained(directory: str | Path):
     """(MarianMTModel in eval mode, MarianTokenizer) from a resolved model directory."""
     from transformers import MarianMTModel, MarianTokenizer
