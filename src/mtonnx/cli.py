@@ -3,6 +3,7 @@
 - `run`: execute the notebook pipeline for a params file. Heavy libraries (torch, papermill) are
   imported only after the params file validated, so a bad params file is reported in well under 2 s.
 - `translate`: translate English text with an exported model, torch-free (the deployed runtime).
+- `doctor`: check an export against its source model (table or JSON; exit 1 on any failure).
 - `train`: train the default model from packaged data (`make model`).
 """
 
@@ -34,12 +35,19 @@ def main(argv: list[str] | None = None) -> int:
     translate.add_argument("--source-prefix", default="", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
     translate.add_argument("--decoder", default="auto", choices=("auto", "split", "merged", "no-cache"))
     translate.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads per session")
+    doctor = commands.add_parser("doctor", help="check an export directory against its source model")
+    doctor.add_argument("--model-dir", required=True, help="the source model (Hugging Face directory)")
+    doctor.add_argument("--onnx-dir", required=True, help="the export directory (hand, optimum or a variant)")
+    doctor.add_argument("--tolerance", type=float, default=1e-4, help="fp32 logits parity tolerance")
+    doctor.add_argument("--json", action="store_true", help="print the rows as JSON (for CI)")
     train = commands.add_parser("train", help="train the default model from packaged data (params: train section)")
     train.add_argument("--params", required=True, help="params YAML file, e.g. params/train.yaml")
     args = parser.parse_args(argv)
 
     if args.command == "translate":
         return _translate(args)
+    if args.command == "doctor":
+        return _doctor(args)
     try:
         params = load(args.params)
     except ParamsError as err:
@@ -60,6 +68,16 @@ def _run(params: dict, args: argparse.Namespace) -> int:
         print(f"mtonnx: error: {err}", file=sys.stderr)
         return 1
     return 0
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    import json
+
+    from mtonnx.doctor import diagnose, format_table
+
+    rows = diagnose(args.model_dir, args.onnx_dir, tolerance=args.tolerance)
+    print(json.dumps(rows, indent=2) if args.json else format_table(rows))
+    return 1 if any(r["status"] == "fail" for r in rows) else 0
 
 
 def _train(params: dict) -> int:
