@@ -17,7 +17,8 @@ EXPECTED_METRICS = ("inspect.params_total", "inspect.bleu_greedy", "inspect.bleu
                     "optimum_export.greedy_token_match", "optimum_export.beam_token_match", "optimum_export.duplicated_mb",
                     "graphview.rendered", "runtime.greedy_token_match", "runtime.beam_token_match",
                     "runtime.cache_speedup_16", "runtime.vs_generate_b1_16", "quant.recommended",
-                    "quant.fp32.size_mb", "quant.int8.p50_ms_b1", "quant.int8-naive.gated", "quant.fp16.bleu")
+                    "quant.fp32.size_mb", "quant.int8.p50_ms_b1", "quant.int8-naive.gated", "quant.fp16.bleu",
+                    "pitfalls.reproduced", "doctor.manual.failures", "doctor.optimum.failures")
 EXPORTED = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "translation_step.onnx")
 ENV_KEYS = ("python", "packages", "onnxruntime_providers", "cpu", "git", "params", "params_hash")
 
@@ -64,6 +65,9 @@ def test_metrics_env_and_index(ci_run):
     assert metrics["runtime.runtime_imports_torch"] is False
     assert metrics["quant.naive_dequantizes_embedding"] is True
     assert metrics["quant.int8-with-embeddings.size_mb"] < 0.6 * metrics["quant.fp32.size_mb"]
+    assert metrics["doctor.manual.failures"] == 0 and metrics["doctor.optimum.failures"] == 0
+    assert metrics["doctor.int8.failures"] == 0 and metrics["doctor.int8-naive.failures"] == 1
+    assert metrics["pitfalls.reproduced"] >= 12
     assert metrics["quant.recommended"] in {k.split(".")[1] for k in metrics if k.startswith("quant.")}
     assert len(metrics["graphview.rendered"]) == 8 and all((out / p).stat().st_size > 10_000 for p in metrics["graphview.rendered"])
     env = json.loads((out / "env.json").read_text())

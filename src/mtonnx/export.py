@@ -239,7 +239,7 @@ def export_subgraph(model, spec: Subgraph, sample: Sample, path: Path, exporter:
     """Export one subgraph to `path` (weights inside the file) and check it; returns timing and size."""
     import onnx
 
-    wrapper = spec.wrapper(model).eval()
+    wrapper = spec.wrapper(model).train(model.training)  # the model's mode, not eval() behind its back
     args = spec.sample(sample)
     start = time.perf_counter()
     with warnings.catch_warnings(), torch.no_grad(), _quiet_torch_logs():
