@@ -3,6 +3,7 @@
 - `run`: execute the notebook pipeline for a params file. Heavy libraries (torch, papermill) are
   imported only after the params file validated, so a bad params file is reported in well under 2 s.
 - `translate`: translate English text with an exported model, torch-free (the deployed runtime).
+- `bench`: the peer benchmark for a params file (results JSON in the run dir).
 - `doctor`: check an export against its source model (table or JSON; exit 1 on any failure).
 - `train`: train the default model from packaged data (`make model`).
 """
@@ -35,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     translate.add_argument("--source-prefix", default="", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
     translate.add_argument("--decoder", default="auto", choices=("auto", "split", "merged", "no-cache"))
     translate.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads per session")
+    bench = commands.add_parser("bench", help="the peer benchmark (PyTorch, optimum, mtonnx, CTranslate2)")
+    bench.add_argument("--params", required=True, help="params YAML file; its bench section sets the matrix")
+    bench.add_argument("--out", help="run directory (default: outputs/<params name>)")
     doctor = commands.add_parser("doctor", help="check an export directory against its source model")
     doctor.add_argument("--model-dir", required=True, help="the source model (Hugging Face directory)")
     doctor.add_argument("--onnx-dir", required=True, help="the export directory (hand, optimum or a variant)")
@@ -53,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     except ParamsError as err:
         print(f"mtonnx: error: {err}", file=sys.stderr)
         return 2
+    if args.command == "bench":
+        return _bench(params, args)
     return _train(params) if args.command == "train" else _run(params, args)
 
 
@@ -67,6 +73,19 @@ def _run(params: dict, args: argparse.Namespace) -> int:
     except (RunFailed, ModelSourceError) as err:
         print(f"mtonnx: error: {err}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _bench(params: dict, args: argparse.Namespace) -> int:
+    from mtonnx.benchmark import run_benchmark
+    from mtonnx.runner import default_models_dir
+
+    out = Path(args.out) if args.out else Path("outputs") / params["name"]
+    result = run_benchmark(params, out, default_models_dir(), log=lambda m: print(m, file=sys.stderr))
+    for row in result["results"]:
+        print(f"{row['engine']:>13}  {row['config']:<22} {row['median_ms']:>10.1f} ms  "
+              f"x{row['speedup_vs_pytorch_fp32']} vs PyTorch fp32")
+    print(f"results: {result['path']}", file=sys.stderr)
     return 0
 
 

@@ -66,6 +66,14 @@ SCHEMA: dict[str, Any] = {
         "warmup": Field(int, 1, "untimed runs before measuring", lo=0, hi=100),
         "repeats": Field(int, 5, "timed runs per measurement (median, min, max reported)", lo=1, hi=1000),
         "lengths": Field(list, [16, 32, 64, 128], "forced output lengths for cost-vs-length", items=int, lo=1, hi=512),
+        "engines": Field(list, ["pytorch-fp32", "pytorch-int8", "optimum-fp32", "mtonnx-fp32", "mtonnx-int8",
+                                "ct2-fp32", "ct2-int8"], "engines in the peer benchmark", items=str,
+                       choices=("pytorch-fp32", "pytorch-int8", "optimum-fp32", "mtonnx-fp32", "mtonnx-int8",
+                                "ct2-fp32", "ct2-int8")),
+        "batches": Field(list, [1, 8], "batch sizes in the peer benchmark", items=int, lo=1, hi=256),
+        "beams": Field(list, [1, 4], "beam sizes in the peer benchmark", items=int, lo=1, hi=16),
+        "threads": Field(list, [1, 2], "thread counts in the peer benchmark", items=int, lo=1, hi=64),
+        "tokens": Field(list, [32, 128], "forced output lengths in the peer benchmark", items=int, lo=1, hi=512),
     },
     "quant": {
         "gate_bleu": Field(float, 0.5, "a variant losing more BLEU than this against fp32 is flagged", lo=0.0, hi=100.0),
@@ -161,12 +169,18 @@ def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
         names = " or ".join(t.__name__ for t in wanted)
         raise ParamsError(f"{file}: '{key}' must be {names}, got {type(value).__name__} {value!r}")
     if spec.items is not None:
+        if not isinstance(value, list):
+            raise ParamsError(f"{file}: '{key}' must be a list, got {type(value).__name__} {value!r}")
         bad = [v for v in value if isinstance(v, bool) or not isinstance(v, spec.items)]
         if bad or not value:
             raise ParamsError(f"{file}: '{key}' must be a non-empty list of {spec.items.__name__}, got {value!r}")
-        out_of_range = [v for v in value if spec.lo is not None and v < spec.lo or spec.hi is not None and v > spec.hi]
+        out_of_range = [v for v in value if spec.items in (int, float) and (spec.lo is not None and v < spec.lo
+                                                                            or spec.hi is not None and v > spec.hi)]
         if out_of_range:
             raise ParamsError(f"{file}: '{key}' has {out_of_range[0]!r}, out of range {spec.lo}..{spec.hi}")
+        unknown = [v for v in value if spec.choices is not None and v not in spec.choices]
+        if unknown:
+            raise ParamsError(f"{file}: '{key}' has {unknown[0]!r}; choose from {', '.join(spec.choices)}")
         return value
     if spec.choices is not None and value not in spec.choices:
         raise ParamsError(f"{file}: '{key}' must be one of {', '.join(map(str, spec.choices))}, got {value!r}")

@@ -1,0 +1,63 @@
+"""The peer benchmark as one call returning a dict: what `mtonnx bench` and notebook 07 run."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+from pathlib import Path
+from typing import Any, Callable
+
+from mtonnx import data, models, peers, report
+from mtonnx.runtime import MarianSpmTokenizer
+
+RESULTS = "bench.json"
+
+
+def available_engines(wanted: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The wanted engines whose libraries are installed; the others with the reason."""
+    skipped = {}
+    if importlib.util.find_spec("ctranslate2") is None:
+        skipped.update({e: "ctranslate2 not installed (pip install -e '.[bench]')" for e in wanted if e.startswith("ct2")})
+    return [e for e in wanted if e not in skipped], skipped
+
+
+def run_benchmark(params: dict[str, Any], run_dir: str | Path, models_dir: str | Path,
+                  log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Prepare every engine's files from the params' model, measure the matrix, write bench.json."""
+    b, e = params["bench"], params["export"]
+    model_dir = models.resolve(params["model"], models_dir)["dir"]
+    log("preparing exports, the int8 variant and CTranslate2 models ...")
+    engines, skipped = available_engines(b["engines"])
+    paths = peers.prepare(model_dir, run_dir, exporter=e["exporter"], opset=e["opset"],
+                          ct2=not any(name.startswith("ct2") for name in skipped))
+    tokenizer = MarianSpmTokenizer(paths.fp32_export)
+    rows = [tokenizer.encode(f"{params['model']['source_prefix']} {p.en}".strip()) for p in data.eval_set(params["data"])]
+    configs = [peers.Config(batch, beams, threads, tokens) for batch, beams, threads, tokens
+               in itertools.product(b["batches"], b["beams"], b["threads"], b["tokens"])]
+    log(f"measuring {len(engines)} engines x {len(configs)} configurations, {b['repeats']} repeats ...")
+    results = peers.measure(engines, paths, configs, rows, warmup=b["warmup"], repeats=b["repeats"])
+    log("memory after load, one fresh process per engine ...")
+    rss = peers.rss_after_load(engines, paths)
+    bound = peers.bytes_per_token(model_dir)
+    bandwidth = peers.memory_bandwidth_gbs()
+    out = {"results": results, "rss_mb": rss, "skipped": skipped, "bytes_per_token": bound,
+           "bandwidth_gbs": bandwidth, "paths": paths.__dict__, "sentences": len(rows)}
+    path = report.write_json(Path(run_dir) / RESULTS, out)
+    return {**out, "path": str(path)}
+
+
+def ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, float | None]:
+    """The issue's headline ratios at greedy, 1 thread, `tokens` new tokens, batch 1 and 8."""
+    def median(engine: str, batch: int) -> float | None:
+        name = peers.Config(batch, 1, 1, tokens).name
+        return next((r["median_ms"] for r in results if r["engine"] == engine and r["config"] == name), None)
+
+    def ratio(slow: str, fast: str, batch: int) -> float | None:
+        a, b = median(slow, batch), median(fast, batch)
+        return round(a / b, 2) if a and b else None
+
+    return {"int8_vs_pt_fp32_b1": ratio("pytorch-fp32", "mtonnx-int8", 1),
+            "int8_vs_pt_fp32_b8": ratio("pytorch-fp32", "mtonnx-int8", 8),
+            "int8_vs_ct2_int8_b1": ratio("ct2-int8", "mtonnx-int8", 1),
+            "int8_vs_ct2_int8_b8": ratio("ct2-int8", "mtonnx-int8", 8),
+            "fp32_vs_optimum_fp32_b1": ratio("optimum-fp32", "mtonnx-fp32", 1)}

@@ -1,0 +1,226 @@
+"""The peer benchmark: the same model and sentences through PyTorch (fp32, dynamic int8), optimum's ORT model,
+the project's runtime (fp32, int8) and CTranslate2 (fp32, int8), at forced output lengths.
+
+Random weights stop anywhere, so every engine is forced to exactly N new tokens (min = max, eos suppressed).
+Tokenization is outside the timed region: every engine gets the same token ids. Repetitions are interleaved
+across engines; multi-thread configurations run one engine per process (each engine brings its own thread
+pool, and several in one process fight over 2 vCPUs).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ENGINES = ("pytorch-fp32", "pytorch-int8", "optimum-fp32", "mtonnx-fp32", "mtonnx-int8", "ct2-fp32", "ct2-int8")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One benchmark configuration."""
+
+    batch: int
+    beams: int
+    threads: int
+    tokens: int
+
+    @property
+    def name(self) -> str:
+        return f"b{self.batch}_beam{self.beams}_t{self.threads}_n{self.tokens}"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where each engine's files are (all derived from one source model)."""
+
+    model_dir: str
+    fp32_export: str
+    int8_variant: str
+    optimum_dir: str
+    ct2_fp32: str
+    ct2_int8: str
+
+
+def prepare(model_dir: str | Path, work_dir: str | Path, exporter: str = "dynamo", opset: int = 18,
+            ct2: bool = True) -> Paths:
+    """Build whatever is missing: the hand export, the int8 variant, optimum's export, CTranslate2 models."""
+    from mtonnx import export, optimum_export, quantize
+
+    work = Path(work_dir)
+    paths = Paths(str(model_dir), str(work / "export_manual"), str(work / "variants" / "int8"),
+                  str(work / "export_optimum"), str(work / "ct2" / "fp32"), str(work / "ct2" / "int8"))
+    if not (Path(paths.fp32_export) / "decoder_with_past_model.onnx").is_file():
+        export.export_manual(model_dir, paths.fp32_export, exporter=exporter, opset=opset)
+    if not (Path(paths.int8_variant) / "decoder_with_past_model.onnx").is_file():
+        quantize.build_variant("int8", paths.fp32_export, paths.int8_variant, quantize.dynamic_int8(), {"name": "int8"})
+    if not (Path(paths.optimum_dir) / "decoder_with_past_model.onnx").is_file():
+        optimum_export.export_optimum(model_dir, paths.optimum_dir)
+    for target, quantization in ((paths.ct2_fp32, "float32"), (paths.ct2_int8, "int8")) if ct2 else ():
+        if not (Path(target) / "model.bin").is_file():
+            from ctranslate2.converters import TransformersConverter
+
+            TransformersConverter(str(model_dir)).convert(target, quantization=quantization, force=True)
+    return paths
+
+
+class Engine:
+    """Loads once; `run` generates exactly `tokens` new tokens for a batch of source ids."""
+
+    def __init__(self, name: str, paths: Paths, threads: int):
+        self.name, self.paths, self.threads = name, paths, threads
+        self.kind, self.precision = name.rsplit("-", 1)
+        getattr(self, f"_load_{self.kind}")()
+
+    def _load_pytorch(self) -> None:
+        import torch
+
+        from mtonnx.models import load_pretrained
+
+        torch.set_num_threads(self.threads)
+        self.model, _ = load_pretrained(self.paths.model_dir)
+        if self.precision == "int8":
+            self.model = torch.ao.quantization.quantize_dynamic(self.model, {torch.nn.Linear}, dtype=torch.qint8)
+
+    def _load_optimum(self) -> None:
+        import onnxruntime as ort
+        from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.model = ORTModelForSeq2SeqLM.from_pretrained(self.paths.optimum_dir, use_cache=True,
+                                                          session_options=options, provider="CPUExecutionProvider")
+
+    def _load_mtonnx(self) -> None:
+        from mtonnx.runtime import SessionSettings, Translator
+
+        directory = self.paths.int8_variant if self.precision == "int8" else self.paths.fp32_export
+        self.model = Translator(directory, decoder="split", session=SessionSettings(threads=self.threads))
+
+    def _load_ct2(self) -> None:
+        import ctranslate2
+
+        from mtonnx.runtime import MarianSpmTokenizer
+
+        directory = self.paths.ct2_int8 if self.precision == "int8" else self.paths.ct2_fp32
+        self.model = ctranslate2.Translator(directory, device="cpu", intra_threads=self.threads, inter_threads=1,
+                                            compute_type="int8" if self.precision == "int8" else "float32")
+        tokenizer = MarianSpmTokenizer(self.paths.fp32_export)
+        self.pieces = tokenizer.decoder
+
+    def run(self, rows: list[list[int]], beams: int, tokens: int) -> int:
+        """Generate; returns the number of generated tokens (to check that lengths were really forced)."""
+        if self.kind == "ct2":
+            source = [[self.pieces[i] for i in row] for row in rows]
+            out = self.model.translate_batch(source, beam_size=beams, max_decoding_length=tokens,
+                                             min_decoding_length=tokens, num_hypotheses=1)
+            return sum(len(r.hypotheses[0]) for r in out)
+        from mtonnx.runtime.tokenizer import pad
+
+        pad_id = json.loads((Path(self.paths.fp32_export) / "generation_config.json").read_text())["pad_token_id"]
+        ids, mask = pad(rows, pad_id)
+        if self.kind == "mtonnx":
+            out = self.model.generate(ids, mask, num_beams=beams, max_new_tokens=tokens, min_length=tokens + 1)
+            return sum(len(r) for r in out)
+        import torch
+
+        with torch.no_grad():
+            out = self.model.generate(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                                      num_beams=beams, max_new_tokens=tokens, min_new_tokens=tokens)
+        return int((out[:, 1:] != pad_id).sum())
+
+
+def run_configs(engines: list[str], paths: Paths, configs: list[Config], rows: list[list[int]], warmup: int,
+                repeats: int) -> list[dict[str, Any]]:
+    """Measure every engine x config in this process, repetitions interleaved across engines."""
+    results = []
+    for threads in sorted({c.threads for c in configs}):
+        loaded = {name: Engine(name, paths, threads) for name in engines}
+        for config in [c for c in configs if c.threads == threads]:
+            batch = (rows * config.batch)[: config.batch]
+            times: dict[str, list[float]] = {name: [] for name in loaded}
+            generated: dict[str, int] = {}
+            for name, engine in loaded.items():
+                for _ in range(warmup):
+                    generated[name] = engine.run(batch, config.beams, config.tokens)
+            for _ in range(repeats):
+                for name, engine in loaded.items():
+                    start = time.perf_counter()
+                    engine.run(batch, config.beams, config.tokens)
+                    times[name].append((time.perf_counter() - start) * 1000)
+            for name, series in times.items():
+                median = float(np.median(series))
+                results.append({"engine": name, "config": config.name, **asdict(config),
+                                "median_ms": round(median, 2), "min_ms": round(min(series), 2),
+                                "max_ms": round(max(series), 2), "repeats": repeats,
+                                "generated_tokens": generated[name],
+                                "tokens_per_s": round(config.batch * config.tokens / (median / 1000), 1)})
+    return results
+
+
+def measure(engines: list[str], paths: Paths, configs: list[Config], rows: list[list[int]], warmup: int = 1,
+            repeats: int = 5) -> list[dict[str, Any]]:
+    """1-thread configs in this process; multi-thread configs one engine per fresh process."""
+    single = [c for c in configs if c.threads == 1]
+    results = run_configs(engines, paths, single, rows, warmup, repeats) if single else []
+    multi = [c for c in configs if c.threads > 1]
+    for name in engines if multi else []:
+        payload = json.dumps({"engines": [name], "paths": asdict(paths), "configs": [asdict(c) for c in multi],
+                              "rows": rows, "warmup": warmup, "repeats": repeats})
+        done = subprocess.run([sys.executable, "-m", "mtonnx.peers"], input=payload, capture_output=True, text=True,
+                              check=True)
+        results += json.loads(done.stdout.strip().splitlines()[-1])
+    baseline = {r["config"]: r["median_ms"] for r in results if r["engine"] == "pytorch-fp32"}
+    for r in results:
+        r["speedup_vs_pytorch_fp32"] = round(baseline[r["config"]] / r["median_ms"], 2) if r["config"] in baseline else None
+    return results
+
+
+def rss_after_load(engines: list[str], paths: Paths) -> dict[str, float]:
+    """Resident memory (MB) of a fresh process after loading each engine (1 thread)."""
+    from mtonnx.bench import import_cost
+
+    return {name: import_cost(f"from mtonnx.peers import Engine, Paths; Engine({name!r}, Paths(**{asdict(paths)!r}), 1)",
+                              repeats=1)["rss_mb"] for name in engines}
+
+
+def bytes_per_token(model_dir: str | Path) -> dict[str, Any]:
+    """Weights a decoding step must read at batch 1 (decoder layers without the cached cross K/V projections,
+    plus the whole lm_head), and what that is in fp32 and int8 bytes."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    d, ffn, layers, vocab = config["d_model"], config["decoder_ffn_dim"], config["decoder_layers"], config["vocab_size"]
+    per_layer = 4 * d * d + 2 * d * d + 2 * d * ffn  # self q,k,v,o; cross q,o; FFN in and out
+    decoder, lm_head = layers * per_layer, vocab * d
+    return {"decoder_weights": decoder, "lm_head_weights": lm_head, "weights_per_token": decoder + lm_head,
+            "fp32_mb": round((decoder + lm_head) * 4 / 2**20, 1), "int8_mb": round((decoder + lm_head) / 2**20, 1)}
+
+
+def memory_bandwidth_gbs(megabytes: int = 512) -> float:
+    """Sustained read bandwidth of this machine, from a large numpy reduction (GB/s, median of 5)."""
+    array = np.ones(megabytes * 2**20 // 8, dtype=np.float64)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        array.sum()
+        times.append(time.perf_counter() - start)
+    return round(array.nbytes / float(np.median(times)) / 1e9, 2)
+
+
+def main() -> int:
+    """Subprocess entry: read a JSON job on stdin, print the results as JSON."""
+    job = json.loads(sys.stdin.read())
+    results = run_configs(job["engines"], Paths(**job["paths"]), [Config(**c) for c in job["configs"]], job["rows"],
+                          job["warmup"], job["repeats"])
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The peer benchmark harness on the tiny model, one repetition: structure and forced lengths, not speed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mtonnx import benchmark, data, peers
+from mtonnx.runtime import MarianSpmTokenizer
+
+
+@pytest.fixture(scope="module")
+def paths(tiny_dir, tmp_path_factory):
+    return peers.prepare(tiny_dir, tmp_path_factory.mktemp("peers"), exporter="torchscript")
+
+
+def test_every_engine_generates_exactly_the_forced_length(paths):
+    tokenizer = MarianSpmTokenizer(paths.fp32_export)
+    rows = [tokenizer.encode(p.en) for p in data.eval_set({"hsk_size": 3, "techdocs_size": 0, "eval_split": "test"})]
+    configs = [peers.Config(1, 1, 1, 6), peers.Config(3, 2, 1, 5)]
+    results = peers.measure(list(peers.ENGINES), paths, configs, rows, warmup=0, repeats=1)
+    assert {(r["engine"], r["config"]) for r in results} == {(e, c.name) for e in peers.ENGINES for c in configs}
+    for r in results:
+        assert r["generated_tokens"] == r["batch"] * r["tokens"], r  # eos suppressed until the forced length
+        assert r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["repeats"] == 1
+    assert all(r["speedup_vs_pytorch_fp32"] == 1.0 for r in results if r["engine"] == "pytorch-fp32")
+
+
+def test_multi_thread_configs_run_in_separate_processes(paths):
+    tokenizer = MarianSpmTokenizer(paths.fp32_export)
+    rows = [tokenizer.encode("Hello, teacher!")]
+    results = peers.measure(["mtonnx-int8", "ct2-int8"], paths, [peers.Config(1, 1, 2, 4)], rows, warmup=0, repeats=1)
+    assert [r["engine"] for r in results] == ["mtonnx-int8", "ct2-int8"]
+    assert all(r["threads"] == 2 and r["generated_tokens"] == 4 for r in results)
+
+
+def test_ratios_and_the_bound(tiny_dir):
+    results = [{"engine": e, "config": peers.Config(b, 1, 1, 32).name, "median_ms": ms}
+               for e, b, ms in (("pytorch-fp32", 1, 400.0), ("mtonnx-int8", 1, 100.0), ("ct2-int8", 1, 125.0),
+                                ("optimum-fp32", 1, 300.0), ("mtonnx-fp32", 1, 250.0))]
+    ratios = benchmark.ratios(results, 32)
+    assert ratios["int8_vs_pt_fp32_b1"] == 4.0 and ratios["int8_vs_ct2_int8_b1"] == 1.25
+    assert ratios["fp32_vs_optimum_fp32_b1"] == 1.2 and ratios["int8_vs_pt_fp32_b8"] is None
+    bound = peers.bytes_per_token(tiny_dir)
+    assert bound["weights_per_token"] == bound["decoder_weights"] + bound["lm_head_weights"]
+    config = json.loads((tiny_dir / "config.json").read_text())
+    assert bound["lm_head_weights"] == config["vocab_size"] * config["d_model"]
