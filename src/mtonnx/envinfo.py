@@ -26,7 +26,7 @@ def collect(params: dict[str, Any]) -> dict[str, Any]:
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "packages": {name: _version(name) for name in PACKAGES},
+        "packages": {name: version_of(name) for name in PACKAGES},
         "onnxruntime_providers": onnxruntime.get_available_providers(),
         "cpu": cpu_info(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
@@ -37,7 +37,7 @@ def collect(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _version(name: str) -> str | None:
+def version_of(name: str) -> str | None:
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:

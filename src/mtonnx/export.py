@@ -214,7 +214,7 @@ def export_model(model, out_dir: str | Path, exporter: str = "torchscript", opse
             if (Path(source_dir) / name).is_file():
                 shutil.copy2(Path(source_dir) / name, tmp / name)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        _replace_dir(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return manifest
@@ -300,7 +300,7 @@ def dynamic_shapes(spec: Subgraph, wrapper: nn.Module) -> tuple:
 def build_manifest(model, directory: Path, entries: dict[str, dict], exporter: str, opset: int,
                    source_dir) -> dict[str, Any]:
     """Files with their inputs/outputs (dtype, symbolic shape), opset, exporter, versions, config hash."""
-    from mtonnx.envinfo import PACKAGES, _version
+    from mtonnx.envinfo import PACKAGES, version_of
 
     config = json.dumps(model.config.to_dict(), sort_keys=True, default=str)
     return {
@@ -308,7 +308,7 @@ def build_manifest(model, directory: Path, entries: dict[str, dict], exporter: s
         "opset": opset,
         "source": str(source_dir) if source_dir else None,
         "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
-        "versions": {name: _version(name) for name in PACKAGES},
+        "versions": {name: version_of(name) for name in PACKAGES},
         "files": {name: {**entry, **io_table(directory / name)} for name, entry in entries.items()},
     }
 
@@ -331,7 +331,7 @@ def io_table(path: str | Path) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": describe(graph.input), "outputs": describe(graph.output)}
 
 
-def _replace_dir(new: Path, target: Path) -> None:
+def replace_dir(new: Path, target: Path) -> None:
     """Move `new` to `target`; an existing target is swapped out first and deleted only afterwards."""
     old = None
     if target.exists():

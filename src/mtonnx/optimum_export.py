@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx import graphinfo
-from mtonnx.export import _replace_dir, io_table
+from mtonnx.export import io_table, replace_dir
 
 TASK = "text2text-generation-with-past"
 FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "decoder_model_merged.onnx")
@@ -32,7 +32,7 @@ def export_optimum(model_dir: str | Path, out_dir: str | Path) -> dict[str, Any]
         missing = [f for f in FILES if not (tmp / f).is_file()]
         if missing:
             raise RuntimeError(f"optimum did not write {', '.join(missing)}")
-        _replace_dir(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"seconds": round(time.perf_counter() - start, 1),

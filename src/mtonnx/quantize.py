@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from mtonnx.export import MODEL_FILES, _replace_dir
+from mtonnx.export import MODEL_FILES, replace_dir
 
 FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx")
 MANIFEST = "variant_manifest.json"
@@ -129,7 +129,7 @@ def build_variant(name: str, fp32_dir: str | Path, out_dir: str | Path,
                     "size_mb": {f: round((tmp / f).stat().st_size / 2**20, 3) for f in FILES},
                     "versions": _versions()}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-        _replace_dir(tmp, out_dir)
+        replace_dir(tmp, out_dir)
     finally:
         root.setLevel(level)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -137,9 +137,9 @@ def build_variant(name: str, fp32_dir: str | Path, out_dir: str | Path,
 
 
 def _versions() -> dict[str, str | None]:
-    from mtonnx.envinfo import _version
+    from mtonnx.envinfo import version_of
 
-    return {p: _version(p) for p in ("onnx", "onnxruntime", "torch")}
+    return {p: version_of(p) for p in ("onnx", "onnxruntime", "torch")}
 
 
 def copy_fp32(src: Path, dst: Path) -> dict[str, Any]:

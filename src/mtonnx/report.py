@@ -43,6 +43,12 @@ def record(run_dir: str | Path, section: str, metrics: dict[str, Any]) -> dict[s
     return metrics
 
 
+def recorded(run_dir: str | Path, section: str) -> dict[str, Any]:
+    """Metrics an earlier notebook of this run recorded ({} when it has not run)."""
+    path = Path(run_dir) / METRICS_DIR / f"{section}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
 def save_figure(fig, run_dir: str | Path, name: str) -> Path:
     """Save a matplotlib figure as `figures/<name>.png` (the report shows every figure there)."""
     import io
