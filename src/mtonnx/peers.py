@@ -149,11 +149,11 @@ def run_configs(engines: list[str], paths: Paths, configs: list[Config], rows: l
             generated: dict[str, int] = {}
             for name, engine in loaded.items():
                 for _ in range(warmup):
-                    generated[name] = engine.run(batch, config.beams, config.tokens)
+                    engine.run(batch, config.beams, config.tokens)
             for _ in range(repeats):
                 for name, engine in loaded.items():
                     start = time.perf_counter()
-                    engine.run(batch, config.beams, config.tokens)
+                    generated[name] = engine.run(batch, config.beams, config.tokens)
                     times[name].append((time.perf_counter() - start) * 1000)
             for name, series in times.items():
                 median = float(np.median(series))
