@@ -76,6 +76,8 @@ class Engine:
     def __init__(self, name: str, paths: Paths, threads: int):
         self.name, self.paths, self.threads = name, paths, threads
         self.kind, self.precision = name.rsplit("-", 1)
+        config = json.loads((Path(paths.fp32_export) / "generation_config.json").read_text())
+        self.pad_id = config["pad_token_id"]  # read once here, never inside the timed run()
         getattr(self, f"_load_{self.kind}")()
 
     def _load_pytorch(self) -> None:
@@ -124,8 +126,7 @@ class Engine:
             return sum(len(r.hypotheses[0]) for r in out)
         from mtonnx.runtime.tokenizer import pad
 
-        pad_id = json.loads((Path(self.paths.fp32_export) / "generation_config.json").read_text())["pad_token_id"]
-        ids, mask = pad(rows, pad_id)
+        ids, mask = pad(rows, self.pad_id)
         if self.kind == "mtonnx":
             out = self.model.generate(ids, mask, num_beams=beams, max_new_tokens=tokens, min_length=tokens + 1)
             return sum(len(r) for r in out)
@@ -134,7 +135,7 @@ class Engine:
         with torch.no_grad():
             out = self.model.generate(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
                                       num_beams=beams, max_new_tokens=tokens, min_new_tokens=tokens)
-        return int((out[:, 1:] != pad_id).sum())
+        return int((out[:, 1:] != self.pad_id).sum())
 
 
 def run_configs(engines: list[str], paths: Paths, configs: list[Config], rows: list[list[int]], warmup: int,
