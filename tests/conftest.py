@@ -48,6 +48,16 @@ def hand_export(tiny_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def dynamo_export(tiny_dir, tmp_path_factory) -> Path:
+    """The tiny model exported with torch.export (the project default; ~30 s), shared by every test that needs it."""
+    from mtonnx import export
+
+    out = tmp_path_factory.mktemp("dynamo") / "export_manual"
+    export.export_manual(tiny_dir, out, exporter="dynamo", opset=18)
+    return out
+
+
+@pytest.fixture(scope="session")
 def optimum_dir(tiny_dir, tmp_path_factory) -> Path:
     from mtonnx import optimum_export
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mtonnx import benchmark, data, peers
+from mtonnx import bench, benchmark, data, peers
 from mtonnx.runtime import MarianSpmTokenizer
 
 
@@ -46,3 +46,9 @@ def test_ratios_and_the_bound(tiny_dir):
     assert bound["weights_per_token"] == bound["decoder_weights"] + bound["lm_head_weights"]
     config = json.loads((tiny_dir / "config.json").read_text())
     assert bound["lm_head_weights"] == config["vocab_size"] * config["d_model"]
+
+
+def test_memory_probe_counts_what_the_loaded_object_holds():
+    empty = bench.import_cost("None", repeats=1)["rss_mb"]
+    held = bench.import_cost("bytearray(300 * 2**20)", repeats=1)["rss_mb"]  # a final expression, never bound
+    assert held - empty >= 290

@@ -14,10 +14,9 @@ FILES = ["encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.on
 
 
 @pytest.fixture(scope="module", params=["dynamo", "torchscript"])
-def exported(request, tiny_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"export-{request.param}") / "export_manual"
-    manifest = export.export_manual(tiny_dir, out, exporter=request.param, opset=18)
-    return out, manifest
+def exported(request):
+    out = request.getfixturevalue({"dynamo": "dynamo_export", "torchscript": "hand_export"}[request.param])
+    return out, json.loads((out / export.MANIFEST).read_text())  # the session's shared exports (conftest)
 
 
 def test_every_file_matches_pytorch_within_1e4_at_unseen_shapes(exported, tiny):

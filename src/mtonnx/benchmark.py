@@ -7,7 +7,7 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable
 
-from mtonnx import data, models, peers, report
+from mtonnx import data, models, peers, report, tuning
 from mtonnx.runtime import MarianSpmTokenizer
 
 RESULTS = "bench.json"
@@ -36,11 +36,15 @@ def run_benchmark(params: dict[str, Any], run_dir: str | Path, models_dir: str |
                in itertools.product(b["batches"], b["beams"], b["threads"], b["tokens"])]
     log(f"measuring {len(engines)} engines x {len(configs)} configurations, {b['repeats']} repeats ...")
     results = peers.measure(engines, paths, configs, rows, warmup=b["warmup"], repeats=b["repeats"])
+    log(f"ablation: the tuning steps one by one ({len(tuning.STEPS)} variants) ...")
+    ablation = tuning.ablation({"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned}, rows,
+                               list(itertools.product(b["batches"], b["beams"])), tokens=b["tokens"][0],
+                               warmup=b["warmup"], repeats=b["repeats"])
     log("memory after load, one fresh process per engine ...")
     rss = peers.rss_after_load(engines, paths)
     bound = peers.bytes_per_token(model_dir)
     bandwidth = peers.memory_bandwidth_gbs()
-    out = {"results": results, "rss_mb": rss, "skipped": skipped, "bytes_per_token": bound,
+    out = {"results": results, "ablation": ablation, "rss_mb": rss, "skipped": skipped, "bytes_per_token": bound,
            "bandwidth_gbs": bandwidth, "paths": paths.__dict__, "sentences": len(rows)}
     path = report.write_json(Path(run_dir) / RESULTS, out)
     return {**out, "path": str(path)}

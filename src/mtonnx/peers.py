@@ -42,7 +42,9 @@ class Paths:
 
     model_dir: str
     fp32_export: str
-    int8_variant: str
+    int8_variant: str  # notebook 06's recipe, the ablation's starting point
+    fp32_tuned: str  # what mtonnx-fp32 and mtonnx-int8 load (tuning.py)
+    int8_tuned: str
     optimum_dir: str
     ct2_fp32: str
     ct2_int8: str
@@ -50,16 +52,19 @@ class Paths:
 
 def prepare(model_dir: str | Path, work_dir: str | Path, exporter: str = "dynamo", opset: int = 18,
             ct2: bool = True) -> Paths:
-    """Build whatever is missing: the hand export, the int8 variant, optimum's export, CTranslate2 models."""
-    from mtonnx import export, optimum_export, quantize
+    """Build whatever is missing: the hand export, the int8 variant, the tuned fp32 and int8 variants,
+    optimum's export, CTranslate2 models."""
+    from mtonnx import export, optimum_export, quantize, tuning
 
     work = Path(work_dir)
-    paths = Paths(str(model_dir), str(work / "export_manual"), str(work / "variants" / "int8"),
-                  str(work / "export_optimum"), str(work / "ct2" / "fp32"), str(work / "ct2" / "int8"))
-    if not (Path(paths.fp32_export) / "decoder_with_past_model.onnx").is_file():
-        export.export_manual(model_dir, paths.fp32_export, exporter=exporter, opset=opset)
-    if not (Path(paths.int8_variant) / "decoder_with_past_model.onnx").is_file():
-        quantize.build_variant("int8", paths.fp32_export, paths.int8_variant, quantize.dynamic_int8(), {"name": "int8"})
+    if not (work / "export_manual" / "decoder_with_past_model.onnx").is_file():
+        export.export_manual(model_dir, work / "export_manual", exporter=exporter, opset=opset)
+    if not (work / "variants" / "int8" / "decoder_with_past_model.onnx").is_file():
+        quantize.build_variant("int8", work / "export_manual", work / "variants" / "int8", quantize.dynamic_int8(),
+                               {"name": "int8"})
+    tuned = tuning.build_tuned(work / "export_manual", work)
+    paths = Paths(str(model_dir), str(work / "export_manual"), str(work / "variants" / "int8"), tuned["fp32-tuned"],
+                  tuned["int8-tuned"], str(work / "export_optimum"), str(work / "ct2" / "fp32"), str(work / "ct2" / "int8"))
     if not (Path(paths.optimum_dir) / "decoder_with_past_model.onnx").is_file():
         optimum_export.export_optimum(model_dir, paths.optimum_dir)
     for target, quantization in ((paths.ct2_fp32, "float32"), (paths.ct2_int8, "int8")) if ct2 else ():
@@ -102,9 +107,12 @@ class Engine:
 
     def _load_mtonnx(self) -> None:
         from mtonnx.runtime import SessionSettings, Translator
+        from mtonnx.tuning import FP32_SESSION, INT8_SESSION
 
-        directory = self.paths.int8_variant if self.precision == "int8" else self.paths.fp32_export
-        self.model = Translator(directory, decoder="split", session=SessionSettings(threads=self.threads))
+        int8 = self.precision == "int8"
+        settings = SessionSettings(threads=self.threads, **(INT8_SESSION if int8 else FP32_SESSION))
+        self.model = Translator(self.paths.int8_tuned if int8 else self.paths.fp32_tuned, decoder="auto",
+                                session=settings)
 
     def _load_ct2(self) -> None:
         import ctranslate2

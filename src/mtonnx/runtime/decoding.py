@@ -8,7 +8,10 @@ Ours because it is the lesson. The rules are transformers 4.57's, so outputs are
   top 2*beams continuations, the top `beams` of those not hitting eos/max length keep running, those
   that finish join the finished set scored with sum(logprob) / length**length_penalty, and the loop ends
   when no running beam can beat the worst finished one (early_stopping False) or all are finished (True).
-Everything is vectorized over batch x beams x vocabulary: no Python loop over beams or tokens.
+Everything is vectorized over batch x beams x vocabulary: no Python loop over beams or tokens. Beam search
+scores in full only the continuations that can reach the top 2*beams (`_candidates`: exact, the same
+indices and float32 scores as scoring all 65,001 x beams; at opus-mt scale it took the per-step host work at
+batch 8 x beam 4 from ~20 ms to ~8 ms).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class GenerationSettings:
     early_stopping: bool | str = False
     bad_token_ids: tuple[int, ...] = ()
     forced_eos_token_id: int | None = None
+    screen_candidates: bool = True  # beam search: score only the candidates that can win (False: score all)
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> "GenerationSettings":
@@ -122,13 +126,13 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
     top_k_mask = np.arange(keep) < k
     row_offset = np.arange(batch)[:, None] * k
     tokens = running[:, :, 0].reshape(-1)
+    scratch = None
     cur_len = 1
     while True:
-        log_probs = process(_log_softmax(run.step(tokens)), cur_len, s)
-        vocab = log_probs.shape[-1]
-        totals = (log_probs.reshape(batch, k, vocab) + running_scores[:, :, None]).reshape(batch, k * vocab)
-        flat = _top_k(totals, keep)
-        cand_scores = np.take_along_axis(totals, flat, axis=1)
+        logits = run.step(tokens)
+        scratch = np.empty_like(logits) if scratch is None else scratch
+        vocab = logits.shape[-1]
+        flat, cand_scores = _candidates(logits, running_scores, cur_len, s, scratch, keep)
         cand_beam, cand_token = flat // vocab, flat % vocab
         cand_seq = np.take_along_axis(running, cand_beam[:, :, None], axis=1)
         cand_seq[:, :, cur_len] = cand_token
@@ -169,20 +173,104 @@ def generate(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
     return greedy(run, batch, s) if s.num_beams == 1 else beam_search(run, batch, s)
 
 
-def _log_softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+def _candidates(logits: np.ndarray, running_scores: np.ndarray, cur_len: int, s: GenerationSettings,
+                scratch: np.ndarray, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `keep` best continuations per sentence: flat indices into beams x vocabulary and their scores
+    (running score + log-softmax after the processors), best first, ties to the lower index.
+
+    Exactly what scoring every continuation and taking the top `keep` gives, without scoring them all:
+    a continuation's score is a monotone function of its logit within a row, so the top of each row lies in
+    the groups of 64 logits (strided) whose maximum scores highest; only the log-sum-exp needs a full pass.
+    The forced-eos step (every score -inf but eos) and small vocabularies take the full path.
+    """
+    batch, beams = running_scores.shape
+    rows, vocab = logits.shape
+    groups = vocab // GROUP
+    forced = s.forced_eos_token_id is not None and cur_len == s.max_length - 1
+    if not s.screen_candidates or groups < 4 * keep or forced:
+        return _candidates_full(logits, running_scores, cur_len, s, scratch, keep)
+    peak = logits.max(axis=-1, keepdims=True)
+    np.subtract(logits, peak, out=scratch)
+    log_total = np.log(np.exp(scratch, out=scratch).sum(axis=-1, keepdims=True))
+    offset = running_scores.reshape(rows, 1)
+    process(logits, cur_len, s)  # -inf where a processor bans a token; log-sum-exp was taken before, as in generate()
+    maxima = logits[:, : groups * GROUP].reshape(rows, GROUP, groups).max(axis=1)
+    best = ((maxima - peak) - log_total) + offset  # the same float32 operations, in the same order, as the full path
+    threshold = np.partition(best, groups - keep, axis=1)[:, groups - keep, None]  # <= the row's keep-th score
+    chosen = best >= threshold
+    if chosen.sum() > 4 * keep * rows:  # many ties at the threshold: screening would not pay
+        return _candidates_full(logits, running_scores, cur_len, s, scratch, keep, processed=True, peak=peak,
+                                log_total=log_total)
+    row, group = np.nonzero(chosen)
+    col = (group[:, None] + groups * np.arange(GROUP)).ravel()
+    leftover = np.arange(groups * GROUP, vocab)
+    row = np.concatenate([np.repeat(row, GROUP), np.repeat(np.arange(rows), len(leftover))])
+    col = np.concatenate([col, np.tile(leftover, rows)])
+    scores = ((logits[row, col] - peak[row, 0]) - log_total[row, 0]) + offset[row, 0]
+    above = scores >= threshold[row, 0]
+    row, col, scores = row[above], col[above], scores[above]
+    sentence, flat = row // beams, (row % beams) * vocab + col
+    order = np.lexsort((flat, -scores, sentence))
+    starts = np.searchsorted(sentence[order], np.arange(batch))
+    pick = order[starts[:, None] + np.arange(keep)]
+    return flat[pick], scores[pick]
+
+
+def _candidates_full(logits: np.ndarray, running_scores: np.ndarray, cur_len: int, s: GenerationSettings,
+                     scratch: np.ndarray, keep: int, processed: bool = False, peak: np.ndarray | None = None,
+                     log_total: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`_candidates` by scoring every continuation: log-softmax, processors, + running score, top `keep`."""
+    batch, beams = running_scores.shape
+    if processed:  # logits already hold -inf where banned; peak and log-sum-exp come from before that
+        logits -= peak
+        logits -= log_total
+    else:
+        _log_softmax(logits, scratch)
+        process(logits, cur_len, s)
+    totals = logits.reshape(batch, beams, -1)
+    totals += running_scores[:, :, None]
+    totals = totals.reshape(batch, -1)
+    flat = _top_k(totals, keep)
+    return flat, np.take_along_axis(totals, flat, axis=1)
+
+
+def _log_softmax(logits: np.ndarray, scratch: np.ndarray) -> np.ndarray:
+    """log_softmax over the last axis, in place (the step's logits are not needed after it); `scratch`
+    (same shape) holds the exponentials, so no 8 MB temporaries are allocated per step."""
+    logits -= logits.max(axis=-1, keepdims=True)
+    logits -= np.log(np.exp(logits, out=scratch).sum(axis=-1, keepdims=True))
+    return logits
+
+
+GROUP = 64  # screening works on groups of 64 scores (about 1,000 group maxima per 65,001-entry row)
 
 
 def _top_k(values: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k largest values per row, largest first; ties keep the lower index first."""
-    if values.shape[1] > 4 * k:
-        part = np.argpartition(-values, k - 1, axis=1)[:, :k]
+    """Indices of the k largest values per row, largest first; ties keep the lower index first (exact).
+
+    A partition finds k of the largest; when the row holds more values equal to the k-th than the partition
+    kept (a tie across the boundary), the ties are filled from the lowest index instead. When fewer than k
+    scores per row are above -inf (the forced-eos step), the rest are the lowest-index -inf columns, all
+    within the first 2k columns.
+    """
+    rows, n = values.shape
+    finite = values > -np.inf
+    if (finite.sum(axis=1) < k).all():
+        finite[:, : 2 * k] = True
+        row, col = np.nonzero(finite)
     else:
-        part = np.broadcast_to(np.arange(values.shape[1]), values.shape)
-    part_values = np.take_along_axis(values, part, axis=1)
-    order = np.lexsort((part, -part_values), axis=-1)[:, :k]
-    return np.take_along_axis(part, order, axis=1)
+        part = np.argpartition(values, n - k, axis=1)[:, n - k :]
+        kept = np.take_along_axis(values, part, axis=1)
+        kth = kept.min(axis=1, keepdims=True)
+        ties = values == kth
+        if (ties.sum(axis=1) == (kept == kth).sum(axis=1)).all():
+            row, col = np.repeat(np.arange(rows), k), part.ravel()  # no tie crosses the boundary
+        else:
+            above = values > kth
+            row, col = np.nonzero(above | (ties & (np.cumsum(ties, axis=1) <= k - above.sum(axis=1, keepdims=True))))
+    order = np.lexsort((col, -values[row, col], row))
+    starts = np.searchsorted(row[order], np.arange(rows))
+    return col[order][starts[:, None] + np.arange(k)]
 
 
 def _until_eos(row: list[int], eos: int) -> list[int]:

@@ -1,8 +1,11 @@
-"""ONNX Runtime sessions and the three ways to run the decoder step by step.
+"""ONNX Runtime sessions and the ways to run the decoder step by step.
 
 - `CachedDecoder`: the encoder once; the first step on decoder_model (or the merged file's no-cache branch),
   every later step on decoder_with_past (or its cache branch) with only the new token. Cross-attention K/V
   come out of the first step and are reused, never recomputed; self-attention K/V grow by one each step.
+  Lean layout (tuned variants): decoder_cross_kv.onnx computes the cross K/V from the encoder output, once per
+  sentence (beams share it), and every step, the first included, runs on decoder_with_past (an empty
+  self-attention past gives bit-identical first-step logits): decoder_model's weights are never loaded.
 - `NoCacheDecoder`: the seeds' loop over translation_step.onnx: every step re-runs the encoder and the
   whole decoder prefix. Correct, and quadratically slower: the baseline.
 One InferenceSession per file, created once and shared by all calls (ORT's run() is thread-safe).
@@ -29,11 +32,16 @@ class SessionSettings:
 
     Spinning is off by default: ORT's spin-waiting worker threads oversubscribe a 2-vCPU machine
     (a 32-token decode took ~800 ms with spinning vs ~400 ms without, here).
+    `disabled_optimizers` names ORT graph transformers to skip, e.g. "SkipLayerNormFusion": onnxruntime 1.32's
+    fused SkipLayerNormalization costs ~3.6 us per row on CPU against ~0.4 us for the Add + LayerNormalization
+    it replaces (120 vs 28 us at 32 x 512). It keeps fp32 tokens but moves int8 ones (dynamic quantization
+    amplifies the last-bit differences), so only the fp32 runtime turns it off (tuning.py).
     """
 
     threads: int = 1
     optimization: str = "all"
     spinning: bool = False
+    disabled_optimizers: tuple[str, ...] = ()
 
     def options(self) -> ort.SessionOptions:
         if self.optimization not in OPTIMIZATION:
@@ -49,7 +57,8 @@ class SessionSettings:
 
 def make_session(path: str | Path, settings: SessionSettings = SessionSettings()) -> ort.InferenceSession:
     """A CPU InferenceSession for one file."""
-    return ort.InferenceSession(str(path), settings.options(), providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), settings.options(), providers=["CPUExecutionProvider"],
+                                disabled_optimizers=list(settings.disabled_optimizers))
 
 
 def layers_of(session: ort.InferenceSession) -> int:
@@ -58,13 +67,14 @@ def layers_of(session: ort.InferenceSession) -> int:
 
 
 class CachedDecoder:
-    """Encoder + first-step decoder + decoder-with-past (split files, or optimum's merged file)."""
+    """Encoder + first-step decoder + decoder-with-past (split files, optimum's merged file, or lean:
+    `first` None and a `cross_kv` session)."""
 
     def __init__(self, encoder: ort.InferenceSession, first: ort.InferenceSession | None,
-                 with_past: ort.InferenceSession):
-        self.encoder, self.with_past = encoder, with_past
-        self.merged = first is None  # one file, switching on its use_cache_branch input
-        self.first = with_past if self.merged else first
+                 with_past: ort.InferenceSession, cross_kv: ort.InferenceSession | None = None):
+        self.encoder, self.with_past, self.cross_kv = encoder, with_past, cross_kv
+        self.merged = first is None and cross_kv is None  # one file, switching on its use_cache_branch input
+        self.first = with_past if first is None else first
         self.layers = layers_of(with_past)
         self.past_names = [f"past_key_values.{i}.{kv}" for i in range(self.layers) for kv in KV]
         self.self_outputs = [f"present.{i}.{kv}" for i in range(self.layers) for kv in KV[:2]]
@@ -75,6 +85,13 @@ class CachedDecoder:
 
     def begin(self, input_ids: np.ndarray, attention_mask: np.ndarray, expand: int = 1) -> "_CachedRun":
         hidden = self.encoder.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+        if self.cross_kv is not None:
+            run = _CachedRun(self, hidden, np.repeat(attention_mask, expand, axis=0))
+            names = [f"present.{i}.{kv}" for i in range(self.layers) for kv in KV[2:]]
+            # beams: each sentence's cross K/V computed once, repeated for its beams
+            run.cross_kv = [np.repeat(t, expand, axis=0) for t in self.cross_kv.run(names, {"encoder_hidden_states": hidden})]
+            run.self_kv = [np.zeros((len(run.mask), self.heads, 0, self.head_dim), np.float32)] * (2 * self.layers)
+            return run
         if expand > 1:  # beams: the encoder ran once per sentence, its output is shared by the sentence's beams
             hidden, attention_mask = np.repeat(hidden, expand, axis=0), np.repeat(attention_mask, expand, axis=0)
         return _CachedRun(self, hidden, attention_mask)

@@ -1,7 +1,8 @@
 """`Translator`: load an export directory and translate English to Chinese with ONNX Runtime only.
 
-Accepts the hand export (notebook 02), optimum's split files, or optimum's merged decoder; generation
-defaults come from the directory's generation_config.json, as with `generate`.
+Accepts the hand export (notebook 02), optimum's split files, optimum's merged decoder, or a tuned variant's
+lean files (tuning.py; preferred when present); generation defaults come from the directory's
+generation_config.json, as with `generate`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mtonnx.runtime.tokenizer import MarianSpmTokenizer, pad
 
 TOKENIZER_FILES = ("vocab.json", "source.spm", "target.spm")
 LAYOUTS = {
+    "lean": ("encoder_model.onnx", "decoder_cross_kv.onnx", "decoder_with_past_model.onnx"),  # tuned variants
     "split": ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"),
     "merged": ("encoder_model.onnx", "decoder_model_merged.onnx"),
     "no-cache": ("translation_step.onnx",),
@@ -47,17 +49,20 @@ class Translator:
         sessions = {f: make_session(self.dir / f, session) for f in LAYOUTS[self.layout]}
         if self.layout == "no-cache":
             self.decoder = NoCacheDecoder(sessions["translation_step.onnx"])
+        elif self.layout == "lean":
+            self.decoder = CachedDecoder(sessions["encoder_model.onnx"], None, sessions["decoder_with_past_model.onnx"],
+                                         cross_kv=sessions["decoder_cross_kv.onnx"])
         elif self.layout == "merged":
             self.decoder = CachedDecoder(sessions["encoder_model.onnx"], None, sessions["decoder_model_merged.onnx"])
         else:
             self.decoder = CachedDecoder(sessions["encoder_model.onnx"], sessions["decoder_model.onnx"],
                                          sessions["decoder_with_past_model.onnx"])
-        self._check_vocab(next(iter(s for f, s in sessions.items() if f != "encoder_model.onnx")))
+        self._check_vocab(sessions[LAYOUTS[self.layout][-1]])
 
     def _layout(self, decoder: str) -> str:
         if decoder not in ("auto", *LAYOUTS):
             raise ModelDirError(f"decoder must be auto, {', '.join(LAYOUTS)}; got {decoder!r}")
-        candidates = ["split", "merged"] if decoder == "auto" else [decoder]
+        candidates = ["lean", "split", "merged"] if decoder == "auto" else [decoder]
         for layout in candidates:
             if all((self.dir / f).is_file() for f in LAYOUTS[layout]):
                 return layout

@@ -1,0 +1,81 @@
+"""The decoding loop's fast paths are exact: top-k with ties and -inf, screened beam candidates equal to
+scoring every continuation (same indices, bit-identical float32 scores), and beam search with screening on
+and off choosing the same tokens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mtonnx.runtime import decoding
+from mtonnx.runtime.decoding import NEG, GenerationSettings
+
+
+def reference_top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """Full sort per row: value descending, then index ascending."""
+    return np.array([np.lexsort((np.arange(values.shape[1]), -row))[:k] for row in values])
+
+
+def reference_candidates(logits, running, cur_len, s, keep):
+    """Score every continuation the plain way: log-softmax, processors, + running score, full sort."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = decoding.process(shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True)), cur_len, s)
+    batch, beams = running.shape
+    totals = (log_probs.reshape(batch, beams, -1) + running[:, :, None]).reshape(batch, -1)
+    flat = reference_top_k(totals, keep)
+    return flat, np.take_along_axis(totals, flat, axis=1)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_top_k_is_exact_with_ties_and_inf(seed):
+    rng = np.random.default_rng(seed)
+    rows, n, k = int(rng.integers(1, 6)), int(rng.choice([3, 40, 700, 20000])), int(rng.integers(1, 9))
+    k = min(k, n)
+    values = rng.integers(-3, 3, size=(rows, n)).astype(np.float32) if seed % 2 else rng.standard_normal((rows, n)).astype(np.float32)
+    if seed % 3 == 0:  # the forced-eos step: everything -inf but one column
+        values[0] = -np.inf
+        values[0, n // 2] = 0.0
+    np.testing.assert_array_equal(decoding._top_k(values, k), reference_top_k(values, k))
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_screened_candidates_equal_scoring_every_continuation(seed):
+    rng = np.random.default_rng(seed)
+    batch, beams, vocab = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.choice([300, 5000, 65001]))
+    s = GenerationSettings(decoder_start_token_id=vocab - 1, eos_token_id=0, pad_token_id=vocab - 1, num_beams=beams,
+                           max_length=10, min_length=int(rng.integers(0, 6)), bad_token_ids=(vocab - 1,),
+                           forced_eos_token_id=0 if seed % 2 else None)
+    cur_len = int(rng.integers(1, 10))
+    logits = (rng.standard_normal((batch * beams, vocab)) * 2).astype(np.float32)
+    if seed % 3 == 0:
+        logits = np.round(logits)  # many exact ties
+    running = (rng.standard_normal((batch, beams)) * 3).astype(np.float32)
+    if seed % 4 == 0:
+        running[:, 1:] = NEG  # the first step: only beam 0 is live
+    expected = reference_candidates(logits.copy(), running, cur_len, s, 2 * beams)
+    got = decoding._candidates(logits.copy(), running, cur_len, s, np.empty_like(logits), 2 * beams)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])  # bit-identical scores, not just close
+
+
+class RandomRun:
+    """A stand-in model: logits drawn from a generator seeded by the step, wide enough to screen."""
+
+    def __init__(self, rows: int, vocab: int, seed: int):
+        self.rows, self.vocab, self.rng = rows, vocab, np.random.default_rng(seed)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        return (self.rng.standard_normal((self.rows, self.vocab)) * 4).astype(np.float32)
+
+    def reorder(self, rows: np.ndarray) -> None:
+        pass
+
+
+@pytest.mark.parametrize("early_stopping", [False, True])
+def test_beam_search_with_and_without_screening_chooses_the_same_tokens(early_stopping):
+    s = GenerationSettings(decoder_start_token_id=9999, eos_token_id=0, pad_token_id=9999, num_beams=4, max_length=12,
+                           min_length=3, bad_token_ids=(9999,), forced_eos_token_id=0, early_stopping=early_stopping)
+    for seed in range(5):
+        screened = decoding.beam_search(RandomRun(12, 10000, seed), 3, s)
+        full = decoding.beam_search(RandomRun(12, 10000, seed), 3, GenerationSettings(**{**s.__dict__, "screen_candidates": False}))
+        assert screened == full
