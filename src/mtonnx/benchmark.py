@@ -51,17 +51,24 @@ def run_benchmark(params: dict[str, Any], run_dir: str | Path, models_dir: str |
 
 
 def ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, float | None]:
-    """The issue's headline ratios at greedy, 1 thread, `tokens` new tokens, batch 1 and 8."""
-    def median(engine: str, batch: int) -> float | None:
-        name = peers.Config(batch, 1, 1, tokens).name
+    """The issue's headline ratios at 1 thread, `tokens` new tokens, batch 1 and 8: greedy, and beam 4 (`_beam4`)."""
+    def median(engine: str, batch: int, beams: int) -> float | None:
+        name = peers.Config(batch, beams, 1, tokens).name
         return next((r["median_ms"] for r in results if r["engine"] == engine and r["config"] == name), None)
 
-    def ratio(slow: str, fast: str, batch: int) -> float | None:
-        a, b = median(slow, batch), median(fast, batch)
+    def ratio(slow: str, fast: str, batch: int, beams: int = 1) -> float | None:
+        a, b = median(slow, batch, beams), median(fast, batch, beams)
         return round(a / b, 2) if a and b else None
 
-    return {"int8_vs_pt_fp32_b1": ratio("pytorch-fp32", "mtonnx-int8", 1),
-            "int8_vs_pt_fp32_b8": ratio("pytorch-fp32", "mtonnx-int8", 8),
-            "int8_vs_ct2_int8_b1": ratio("ct2-int8", "mtonnx-int8", 1),
-            "int8_vs_ct2_int8_b8": ratio("ct2-int8", "mtonnx-int8", 8),
-            "fp32_vs_optimum_fp32_b1": ratio("optimum-fp32", "mtonnx-fp32", 1)}
+    out = {}
+    for beams, suffix in ((1, ""), (4, "_beam4")):
+        for batch in (1, 8):
+            out[f"int8_vs_pt_fp32_b{batch}{suffix}"] = ratio("pytorch-fp32", "mtonnx-int8", batch, beams)
+            out[f"int8_vs_ct2_int8_b{batch}{suffix}"] = ratio("ct2-int8", "mtonnx-int8", batch, beams)
+    out["fp32_vs_optimum_fp32_b1"] = ratio("optimum-fp32", "mtonnx-fp32", 1)
+    return out
+
+
+TARGETS = {**{f"int8_vs_pt_fp32_b{b}{s}": 4.0 for b in (1, 8) for s in ("", "_beam4")},
+           **{f"int8_vs_ct2_int8_b{b}{s}": 1.15 for b in (1, 8) for s in ("", "_beam4")},
+           "fp32_vs_optimum_fp32_b1": 1.0}
