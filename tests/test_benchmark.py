@@ -36,12 +36,15 @@ def test_multi_thread_configs_run_in_separate_processes(paths):
 
 
 def test_ratios_and_the_bound(tiny_dir):
-    results = [{"engine": e, "config": peers.Config(b, 1, 1, 32).name, "median_ms": ms}
-               for e, b, ms in (("pytorch-fp32", 1, 400.0), ("mtonnx-int8", 1, 100.0), ("ct2-int8", 1, 125.0),
-                                ("optimum-fp32", 1, 300.0), ("mtonnx-fp32", 1, 250.0))]
+    results = [{"engine": e, "config": peers.Config(b, k, 1, 32).name, "median_ms": ms}
+               for e, b, k, ms in (("pytorch-fp32", 1, 1, 400.0), ("mtonnx-int8", 1, 1, 100.0), ("ct2-int8", 1, 1, 125.0),
+                                   ("optimum-fp32", 1, 1, 300.0), ("mtonnx-fp32", 1, 1, 250.0),
+                                   ("ct2-int8", 8, 4, 900.0), ("mtonnx-int8", 8, 4, 1000.0))]
     ratios = benchmark.ratios(results, 32)
     assert ratios["int8_vs_pt_fp32_b1"] == 4.0 and ratios["int8_vs_ct2_int8_b1"] == 1.25
     assert ratios["fp32_vs_optimum_fp32_b1"] == 1.2 and ratios["int8_vs_pt_fp32_b8"] is None
+    assert ratios["int8_vs_ct2_int8_b8_beam4"] == 0.9 and ratios["int8_vs_ct2_int8_b1_beam4"] is None
+    assert set(ratios) == set(benchmark.TARGETS)
     bound = peers.bytes_per_token(tiny_dir)
     assert bound["weights_per_token"] == bound["decoder_weights"] + bound["lm_head_weights"]
     config = json.loads((tiny_dir / "config.json").read_text())
