@@ -179,7 +179,7 @@ def _candidates(logits: np.ndarray, running_scores: np.ndarray, cur_len: int, s:
     (running score + log-softmax after the processors), best first, ties to the lower index.
 
     Exactly what scoring every continuation and taking the top `keep` gives, without scoring them all:
-    a continuation's score is a monotone function of its logit within a row, so the top of each row lies in
+    a continuation's score is a monotone function of its logit within a row, so the top of a sentence lies in
     the groups of 64 logits (strided) whose maximum scores highest; only the log-sum-exp needs a full pass.
     The forced-eos step (every score -inf but eos) and small vocabularies take the full path.
     """
@@ -196,7 +196,11 @@ def _candidates(logits: np.ndarray, running_scores: np.ndarray, cur_len: int, s:
     process(logits, cur_len, s)  # -inf where a processor bans a token; log-sum-exp was taken before, as in generate()
     maxima = logits[:, : groups * GROUP].reshape(rows, GROUP, groups).max(axis=1)
     best = ((maxima - peak) - log_total) + offset  # the same float32 operations, in the same order, as the full path
-    threshold = np.partition(best, groups - keep, axis=1)[:, groups - keep, None]  # <= the row's keep-th score
+    # The keep-th best group maximum of a sentence is <= its keep-th best score: groups below it cannot win
+    # (per sentence, not per row: beams still at the -1e9 start score drop out at once).
+    per_sentence = best.reshape(batch, beams * groups)
+    threshold = np.partition(per_sentence, beams * groups - keep, axis=1)[:, beams * groups - keep]
+    threshold = np.repeat(threshold, beams)[:, None]
     chosen = best >= threshold
     if chosen.sum() > 4 * keep * rows:  # many ties at the threshold: screening would not pay
         return _candidates_full(logits, running_scores, cur_len, s, scratch, keep, processed=True, peak=peak,
