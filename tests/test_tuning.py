@@ -5,6 +5,7 @@ trained hsk-enzh); the fold really removes the per-step key-cache transposes; th
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -21,11 +22,12 @@ TUNED = {"fp32-tuned": SessionSettings(**tuning.FP32_SESSION), "int8-tuned": Ses
 
 def key_transposes(path) -> int:
     """3-D Transposes (perm 0,2,1) left in the graph ORT actually runs (after its own fusions)."""
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.optimized_model_filepath = str(path) + ".ort.onnx"
-    ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    graph = onnx.load(options.optimized_model_filepath).graph
+    with tempfile.TemporaryDirectory() as work:  # never next to the shared export: other tests list its files
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.optimized_model_filepath = str(Path(work) / "optimized.onnx")
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        graph = onnx.load(options.optimized_model_filepath).graph
     return sum(1 for n in graph.node if n.op_type == "Transpose"
                and [list(onnx.helper.get_attribute_value(a)) for a in n.attribute if a.name == "perm"] == [[0, 2, 1]])
 
