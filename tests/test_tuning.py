@@ -1,6 +1,7 @@
-"""The tuned runtime keeps the tokens: folding the key transposes, screened beam candidates and (fp32 only)
-ORT's SkipLayerNormFusion off give the same tokens as the unoptimized runtime on the eval set (tiny and the
-trained hsk-enzh); the fold really removes the per-step key-cache transposes; the ablation reports every step."""
+"""The tuned runtime keeps the tokens: folding the key transposes, screened beam candidates, the weights file and
+(fp32 only) ORT's SkipLayerNormFusion off give the same tokens as the unoptimized runtime on the eval set (tiny
+and the trained hsk-enzh); the fold really removes the per-step key-cache transposes; the weights file stores each
+tensor once and ORT maps it; the ablations report every step."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import numpy_helper
 
-from mtonnx import data, export, models, quantize, tuning
+from mtonnx import bench, data, export, models, quantize, tuning, weightfile
 from mtonnx.runtime import SessionSettings, Translator
 
 EVAL = {"hsk_size": 12, "techdocs_size": 4, "eval_split": "test"}
@@ -27,7 +30,7 @@ def key_transposes(path) -> int:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.optimized_model_filepath = str(Path(work) / "optimized.onnx")
         ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        graph = onnx.load(options.optimized_model_filepath).graph
+        graph = onnx.load(options.optimized_model_filepath, load_external_data=False).graph  # nodes only
     return sum(1 for n in graph.node if n.op_type == "Transpose"
                and [list(onnx.helper.get_attribute_value(a)) for a in n.attribute if a.name == "perm"] == [[0, 2, 1]])
 
@@ -91,3 +94,59 @@ def test_ablation_reports_every_step_for_every_config(tuned):
     assert all(r["speedup"] == 1.0 for r in results if r["step"] == tuning.STEPS[0].label)
     assert all(r["same_tokens_as_previous"] for r in results if r["kept"])
     assert all(r["min_ms"] <= r["median_ms"] <= r["max_ms"] for r in results)
+
+
+def test_weights_file_stores_each_tensor_once_and_keeps_every_value(dynamo_export, tuned, tmp_path):
+    inline = tmp_path / "inline"
+    quantize.build_variant("inline", dynamo_export, inline, tuning.with_cross_kv(tuning.folded(quantize.dynamic_int8())), {})
+    directory = Path(tuned["int8-tuned"])
+    locations = {}
+    for file in sorted(p.name for p in inline.glob("*.onnx")):
+        expected = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(inline / file)).graph.initializer}
+        model = onnx.load(str(directory / file))  # reads weights.bin back
+        assert {t.name for t in model.graph.initializer} == set(expected), file
+        for t in model.graph.initializer:
+            assert np.array_equal(numpy_helper.to_array(t), expected[t.name]), (file, t.name)
+        for t in onnx.load(str(directory / file), load_external_data=False).graph.initializer:
+            if t.data_location == onnx.TensorProto.EXTERNAL:
+                info = {e.key: e.value for e in t.external_data}
+                assert info["location"] == weightfile.WEIGHTS and int(info["offset"]) % weightfile.ALIGN == 0
+                locations.setdefault(file, {})[t.name] = info["offset"]
+    # the tied table: the encoder's and the decoder's embedding Gathers read the same bytes of weights.bin
+    gathers = {file: next(n.input[0] for n in onnx.load(str(directory / file), load_external_data=False).graph.node
+                          if n.op_type == "Gather" and ("embed_tokens" in n.input[0] or n.input[0] == "lm_head.weight"))
+               for file in ("encoder_model.onnx", "decoder_with_past_model.onnx")}
+    offsets = {locations[file][name] for file, name in gathers.items()}
+    assert len(offsets) == 1, gathers
+    inline_bytes = sum((inline / f).stat().st_size for f in locations)
+    assert (directory / weightfile.WEIGHTS).stat().st_size < 0.6 * inline_bytes  # decoder_model's layers stored once too
+    with pytest.raises(ValueError, match="already has weights.bin"):
+        weightfile.externalize(directory)
+
+
+def test_ort_maps_the_weights_file_instead_of_copying_it(tmp_path):
+    """A 64 MB embedding table: inline, ORT holds a copy after load; in weights.bin, only the rows read."""
+    table = np.random.default_rng(0).standard_normal((32768, 512)).astype(np.float32)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Gather", ["table", "ids"], ["rows"])], "embedding",
+        [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["n"])],
+        [onnx.helper.make_tensor_value_info("rows", onnx.TensorProto.FLOAT, ["n", 512])],
+        [numpy_helper.from_array(table, "table")])
+    for name in ("inline", "mapped"):
+        (tmp_path / name).mkdir()
+        onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)]),
+                  str(tmp_path / name / "model.onnx"))
+    weightfile.externalize(tmp_path / "mapped")
+    rss = {}
+    for name in ("inline", "mapped"):
+        code = (f"import numpy as np, onnxruntime as ort\n"
+                f"s = ort.InferenceSession({str(tmp_path / name / 'model.onnx')!r}, providers=['CPUExecutionProvider'])\n"
+                f"s.run(None, {{'ids': np.array([3, 30000])}})[0].sum()")
+        rss[name] = bench.import_cost(code, repeats=1)["rss_mb"]
+    assert rss["inline"] - rss["mapped"] > 48, rss
+
+
+def test_memory_ablation_measures_every_step(tuned):
+    rows = tuning.memory_ablation(tuned)
+    assert [r["step"] for r in rows] == [label for label, _, _ in tuning.MEMORY_STEPS]
+    assert all(r["rss_mb"] > 0 for r in rows)  # a torch.export variant has every layout

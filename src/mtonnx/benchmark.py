@@ -40,11 +40,15 @@ def run_benchmark(params: dict[str, Any], run_dir: str | Path, models_dir: str |
     ablation = tuning.ablation({"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned}, rows,
                                list(itertools.product(b["batches"], b["beams"])), tokens=b["tokens"][0],
                                warmup=b["warmup"], repeats=b["repeats"])
-    log("memory after load, one fresh process per engine ...")
+    log("memory after load and after a batch-8 beam-4 generation, one fresh process per engine ...")
     rss = peers.rss_after_load(engines, paths)
+    largest = ((rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
+    rss_run = peers.rss_after_load(engines, paths, run=largest)
+    memory = tuning.memory_ablation({"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned})
     bound = peers.bytes_per_token(model_dir)
     bandwidth = peers.memory_bandwidth_gbs()
-    out = {"results": results, "ablation": ablation, "rss_mb": rss, "skipped": skipped, "bytes_per_token": bound,
+    out = {"results": results, "ablation": ablation, "rss_mb": rss, "rss_after_run_mb": rss_run,
+           "memory_ablation": memory, "skipped": skipped, "bytes_per_token": bound,
            "bandwidth_gbs": bandwidth, "paths": paths.__dict__, "sentences": len(rows)}
     path = report.write_json(Path(run_dir) / RESULTS, out)
     return {**out, "path": str(path)}

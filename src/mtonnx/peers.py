@@ -192,12 +192,16 @@ def measure(engines: list[str], paths: Paths, configs: list[Config], rows: list[
     return results
 
 
-def rss_after_load(engines: list[str], paths: Paths) -> dict[str, float]:
-    """Resident memory (MB) of a fresh process after loading each engine (1 thread)."""
+def rss_after_load(engines: list[str], paths: Paths, run: tuple[list[list[int]], int, int] | None = None
+                   ) -> dict[str, float]:
+    """Resident memory (MB) of a fresh process after loading each engine (1 thread), and, with `run` =
+    (rows, beams, tokens), after one generation too: mapped weights count once their pages are read."""
     from mtonnx.bench import import_cost
 
-    return {name: import_cost(f"from mtonnx.peers import Engine, Paths; Engine({name!r}, Paths(**{asdict(paths)!r}), 1)",
-                              repeats=1)["rss_mb"] for name in engines}
+    then = f"engine.run({run[0]!r}, {run[1]}, {run[2]})" if run else "engine"
+    return {name: import_cost(f"from mtonnx.peers import Engine, Paths\n"
+                              f"engine = Engine({name!r}, Paths(**{asdict(paths)!r}), 1)\n{then}", repeats=1)["rss_mb"]
+            for name in engines}
 
 
 def bytes_per_token(model_dir: str | Path) -> dict[str, Any]:

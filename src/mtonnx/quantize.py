@@ -110,8 +110,10 @@ def lm_head_report(path: str | Path) -> dict[str, Any]:
 
 
 def build_variant(name: str, fp32_dir: str | Path, out_dir: str | Path,
-                  transform: Callable[[Path, Path], dict[str, Any]], recipe: dict[str, Any]) -> dict[str, Any]:
-    """Apply `transform(src, dst)` to each runtime file into a temp dir, copy the model files, move into place."""
+                  transform: Callable[[Path, Path], dict[str, Any]], recipe: dict[str, Any],
+                  finalize: Callable[[Path], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Apply `transform(src, dst)` to each runtime file into a temp dir, copy the model files, then
+    `finalize(temp dir)` if given (e.g. weightfile.externalize), move into place. Sizes are the inline ones."""
     fp32_dir, out_dir = Path(fp32_dir), Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
@@ -128,6 +130,8 @@ def build_variant(name: str, fp32_dir: str | Path, out_dir: str | Path,
                     "seconds": round(time.perf_counter() - start, 2),
                     "size_mb": {f: round((tmp / f).stat().st_size / 2**20, 3) for f in FILES},
                     "versions": _versions()}
+        if finalize is not None:
+            manifest["finalize"] = finalize(tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
         replace_dir(tmp, out_dir)
     finally:

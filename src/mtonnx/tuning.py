@@ -12,6 +12,9 @@ on tiny and on the trained hsk-enzh, the condition for keeping it):
    the decoder weights, is never loaded (runtime/sessions.py).
 4. ORT's SkipLayerNormFusion off (runtime/sessions.py): kept for fp32 only; on int8 it changed 4 of 56
    greedy translations of hsk-enzh, so the int8 runtime keeps ORT's default.
+5. Weights in one mapped file (weightfile.py): the tied embedding table is stored once and memory-mapped by
+   ORT instead of copied into each session; the same bytes, so the same tokens. Memory, not speed: notebook 07
+   measures it as resident memory after load, not in the timed ablation.
 The graph rewrite is ours because no library pass matches torch.export's pattern: onnxruntime.transformers'
 fusions target TorchScript exports (notebook 06 found only SkipLayerNormalization fused).
 """
@@ -142,14 +145,15 @@ def with_cross_kv(transform: Transform) -> Transform:
 
 def build_tuned(fp32_dir: str | Path, work_dir: str | Path) -> dict[str, str]:
     """`variants/fp32-tuned` and `variants/int8-tuned` (folded, then notebook 06's int8 recipe; each with the
-    lean layout's decoder_cross_kv.onnx), if missing."""
-    from mtonnx import quantize
+    lean layout's decoder_cross_kv.onnx and its weights in one mapped file), if missing."""
+    from mtonnx import quantize, weightfile
 
     work = Path(work_dir)
     built = {"fp32-tuned": str(work / "variants" / "fp32-tuned"), "int8-tuned": str(work / "variants" / "int8-tuned")}
     for name, then in (("fp32-tuned", None), ("int8-tuned", quantize.dynamic_int8())):
-        if not (Path(built[name]) / quantize.MANIFEST).is_file():
-            quantize.build_variant(name, fp32_dir, built[name], with_cross_kv(folded(then)), {"name": name, "fold": True})
+        if not all((Path(built[name]) / f).is_file() for f in (quantize.MANIFEST, weightfile.WEIGHTS)):
+            quantize.build_variant(name, fp32_dir, built[name], with_cross_kv(folded(then)),
+                                   {"name": name, "fold": True, "weights_file": True}, finalize=weightfile.externalize)
     return built
 
 
@@ -217,3 +221,27 @@ def ablation(dirs: dict[str, str], rows: list[list[int]], configs: list[tuple[in
                             "speedup_vs_previous": round(medians[previous] / medians[step], 2),
                             "same_tokens_as_previous": outputs[step] == outputs[previous]})
     return results
+
+
+# What each step did to resident memory after load (lean comes after the mapped file here: the split layout
+# shows the file's effect alone).
+MEMORY_STEPS = (("int8 as notebook 06 builds it", "int8", "split"),
+                ("+ weights in one mapped file", "int8-tuned", "split"),
+                ("+ lean layout (no decoder_model)", "int8-tuned", "lean"))
+
+
+def memory_ablation(dirs: dict[str, str]) -> list[dict[str, Any]]:
+    """RSS (MB) of a fresh process after loading a Translator at each MEMORY_STEPS entry (1 thread); None
+    where the variant lacks the layout's files (a TorchScript export has no lean layout)."""
+    from mtonnx.bench import import_cost
+    from mtonnx.runtime.translator import LAYOUTS
+
+    rows = []
+    for label, variant, layout in MEMORY_STEPS:
+        if not all((Path(dirs[variant]) / f).is_file() for f in LAYOUTS[layout]):
+            rows.append({"step": label, "variant": variant, "layout": layout, "rss_mb": None})
+            continue
+        code = (f"from mtonnx.runtime import SessionSettings, Translator\n"
+                f"Translator({dirs[variant]!r}, decoder={layout!r}, session=SessionSettings(threads=1))")
+        rows.append({"step": label, "variant": variant, "layout": layout, "rss_mb": import_cost(code, repeats=1)["rss_mb"]})
+    return rows
