@@ -107,7 +107,7 @@ class Engine:
 
     def _load_mtonnx(self) -> None:
         from mtonnx.runtime import SessionSettings, Translator
-        from mtonnx.tuning import FP32_SESSION, INT8_SESSION
+        from mtonnx.runtime.sessions import FP32_SESSION, INT8_SESSION
 
         int8 = self.precision == "int8"
         settings = SessionSettings(threads=self.threads, **(INT8_SESSION if int8 else FP32_SESSION))

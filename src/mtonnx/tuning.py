@@ -32,6 +32,8 @@ import onnx
 import onnx.utils
 from onnx import helper
 
+from mtonnx.runtime.sessions import FP32_SESSION, INT8_SESSION  # the tuned runtime's session settings
+
 Transform = Callable[[Path, Path], dict[str, Any]]
 
 
@@ -157,8 +159,6 @@ def build_tuned(fp32_dir: str | Path, work_dir: str | Path) -> dict[str, str]:
     return built
 
 
-FP32_SESSION = {"disabled_optimizers": ("SkipLayerNormFusion",)}  # SessionSettings fields of the fp32 runtime
-INT8_SESSION: dict[str, Any] = {}  # ORT defaults: SkipLayerNormFusion off moves int8 tokens
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,9 @@ OPTIMIZATION = {"disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
                 "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
                 "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL}
 KV = ("decoder.key", "decoder.value", "encoder.key", "encoder.value")
+# SessionSettings fields of the tuned runtime (tuning.py measures them; here so a deployment needs no onnx):
+FP32_SESSION = {"disabled_optimizers": ("SkipLayerNormFusion",)}
+INT8_SESSION: dict = {}  # ORT defaults: SkipLayerNormFusion off moves int8 tokens
 
 
 @dataclass(frozen=True)
