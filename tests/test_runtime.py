@@ -161,3 +161,18 @@ def test_bad_model_dirs_are_clear_errors(hand_export, tmp_path, models_dir):
     done = subprocess.run(mtonnx_cmd("translate", "--model-dir", str(mismatched)), input="Hello.\n",
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("mtonnx: error: ") and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("rows", [[0, 1, 2, 3, 4, 5, 6, 7], [0, 0, 2, 3, 4, 5, 7, 7], [1, 0, 3, 2, 5, 4, 7, 6],
+                                  [3, 3, 3, 3, 4, 4, 4, 4], [1, 2, 2, 3, 4, 5, 6, 7]])
+def test_beam_reorder_in_place_equals_a_full_gather(rows):
+    """The cache reorder copies only moved rows, in place; the result must equal gathering every row."""
+    from mtonnx.runtime.sessions import _CachedRun
+
+    rng = np.random.default_rng(0)
+    cache = [rng.standard_normal((8, 2, 5, 4)).astype(np.float32) for _ in range(4)]
+    run = _CachedRun.__new__(_CachedRun)
+    run.self_kv = [kv.copy() for kv in cache]
+    run.reorder(np.array(rows))
+    for got, kv in zip(run.self_kv, cache):
+        assert np.array_equal(got, kv[rows])
