@@ -40,7 +40,7 @@ def run_benchmark(params: dict[str, Any], run_dir: str | Path, models_dir: str |
     ablation = tuning.ablation({"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned}, rows,
                                list(itertools.product(b["batches"], b["beams"])), tokens=b["tokens"][0],
                                warmup=b["warmup"], repeats=b["repeats"])
-    log("memory after load and after a batch-8 beam-4 generation, one fresh process per engine ...")
+    log("memory after load and after one generation at the largest config, one fresh process per engine ...")
     rss = peers.rss_after_load(engines, paths)
     largest = ((rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
     rss_run = peers.rss_after_load(engines, paths, run=largest)

@@ -159,8 +159,6 @@ def build_tuned(fp32_dir: str | Path, work_dir: str | Path) -> dict[str, str]:
     return built
 
 
-
-
 @dataclass(frozen=True)
 class Step:
     """One row of notebook 07's ablation: a variant directory, a layout, session settings, screening."""
@@ -238,10 +236,9 @@ def memory_ablation(dirs: dict[str, str]) -> list[dict[str, Any]]:
 
     rows = []
     for label, variant, layout in MEMORY_STEPS:
-        if not all((Path(dirs[variant]) / f).is_file() for f in LAYOUTS[layout]):
-            rows.append({"step": label, "variant": variant, "layout": layout, "rss_mb": None})
-            continue
         code = (f"from mtonnx.runtime import SessionSettings, Translator\n"
                 f"Translator({dirs[variant]!r}, decoder={layout!r}, session=SessionSettings(threads=1))")
-        rows.append({"step": label, "variant": variant, "layout": layout, "rss_mb": import_cost(code, repeats=1)["rss_mb"]})
+        present = all((Path(dirs[variant]) / f).is_file() for f in LAYOUTS[layout])
+        rows.append({"step": label, "variant": variant, "layout": layout,
+                     "rss_mb": import_cost(code, repeats=1)["rss_mb"] if present else None})
     return rows

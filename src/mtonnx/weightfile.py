@@ -41,7 +41,7 @@ def externalize(directory: str | Path, min_bytes: int = MIN_BYTES) -> dict[str, 
                     continue
                 key = (tensor.data_type, tuple(tensor.dims), hashlib.sha256(data).hexdigest())
                 if key not in stored:
-                    offset = -out.tell() % ALIGN + out.tell()
+                    offset = (out.tell() + ALIGN - 1) // ALIGN * ALIGN
                     out.seek(offset)
                     out.write(data)
                     stored[key] = (offset, len(data))
