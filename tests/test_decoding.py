@@ -43,12 +43,14 @@ def test_screened_candidates_equal_scoring_every_continuation(seed):
     rng = np.random.default_rng(seed)
     batch, beams, vocab = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.choice([300, 5000, 65001]))
     s = GenerationSettings(decoder_start_token_id=vocab - 1, eos_token_id=0, pad_token_id=vocab - 1, num_beams=beams,
-                           max_length=10, min_length=int(rng.integers(0, 6)), bad_token_ids=(vocab - 1,),
+                           max_length=10, min_length=int(rng.integers(0, 6)),
+                           bad_token_ids=(vocab - 1,) if seed % 3 else (vocab - 1, int(rng.integers(1, vocab - 1))),
                            forced_eos_token_id=0 if seed % 2 else None)
     cur_len = int(rng.integers(1, 10))
     logits = (rng.standard_normal((batch * beams, vocab)) * 2).astype(np.float32)
     if seed % 3 == 0:
         logits = np.round(logits)  # many exact ties
+        logits[:, s.bad_token_ids[1]] += 10  # a banned token that would top its group and its row
     running = (rng.standard_normal((batch, beams)) * 3).astype(np.float32)
     if seed % 4 == 0:
         running[:, 1:] = NEG  # the first step: only beam 0 is live
@@ -56,6 +58,23 @@ def test_screened_candidates_equal_scoring_every_continuation(seed):
     got = decoding._candidates(logits.copy(), running, cur_len, s, np.empty_like(logits), 2 * beams)
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_array_equal(got[1], expected[1])  # bit-identical scores, not just close
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_forced_eos_step_ranks_without_scoring_equal_to_scoring_every_continuation(seed):
+    rng = np.random.default_rng(seed)
+    batch, beams, vocab = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.choice([300, 65001]))
+    eos = int(rng.choice([0, 3, vocab - 2]))
+    s = GenerationSettings(decoder_start_token_id=vocab - 1, eos_token_id=eos, pad_token_id=vocab - 1, num_beams=beams,
+                           max_length=8, min_length=int(rng.integers(0, 9)), bad_token_ids=(vocab - 1,),
+                           forced_eos_token_id=eos)
+    logits = (rng.standard_normal((batch * beams, vocab)) * 2).astype(np.float32)
+    running = (rng.standard_normal((batch, beams)) * 3).astype(np.float32)
+    running[:, int(rng.integers(0, beams)):] = NEG if seed % 2 else running[:, :1]  # start scores / exact ties
+    expected = reference_candidates(logits.copy(), running, s.max_length - 1, s, 2 * beams)
+    got = decoding._candidates(logits.copy(), running, s.max_length - 1, s, np.empty_like(logits), 2 * beams)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
 
 
 class RandomRun:

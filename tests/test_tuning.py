@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from mtonnx import bench, data, export, models, quantize, tuning, weightfile
+from mtonnx import bench, data, export, models, quantize, step_rewrite, tuning, weightfile
 from mtonnx.runtime import SessionSettings, Translator
 
 EVAL = {"hsk_size": 12, "techdocs_size": 4, "eval_split": "test"}
@@ -64,9 +64,53 @@ def test_every_tuning_step_keeps_the_tokens_on_tiny(tuned, beams):
         before = Translator(tuned[plain], session=UNTUNED).translate(sources, num_beams=beams, max_new_tokens=16,
                                                                       screen_candidates=False)
         translator = Translator(tuned[tuned_key], session=TUNED[tuned_key])
-        assert translator.layout == "lean"  # decoder_model.onnx is never loaded
+        assert translator.layout == "tuned"  # decoder_model.onnx is never loaded
         after = translator.translate(sources, num_beams=beams, max_new_tokens=16)
         assert after == before, plain
+
+
+def test_tuned_step_gives_bit_identical_logits_and_the_same_beams_past_the_buffer(tuned):
+    """decoder_with_past_tuned.onnx against decoder_with_past_model.onnx step by step, with 2 beams per sentence
+    taking different tokens (keys fed time-major, cross K/V once per sentence), then whole decodes longer than
+    the 32-position starting key buffer, beams reordering it."""
+    from mtonnx.runtime.sessions import make_session
+    from mtonnx.runtime.tokenizer import pad
+
+    directory = Path(tuned["int8-tuned"])
+    model = onnx.load(str(directory / step_rewrite.TUNED_STEP), load_external_data=False)
+    assert {p.key: p.value for p in model.metadata_props} == {"mtonnx.self_attention_keys": "time-major",
+                                                             "mtonnx.cross_attention": "per-sentence"}
+    assert not any(n.op_type == "Concat" and any(i.endswith(".decoder.key") for i in n.input) for n in model.graph.node)
+    lean = Translator(directory, decoder="lean")
+    d, beams = lean.decoder, 2
+    plain, rewritten = d.with_past, make_session(directory / step_rewrite.TUNED_STEP)
+    sources = [p.en for p in data.eval_set(EVAL)]
+    ids, mask = pad([lean.tokenizer.encode(text) for text in sources[:3]], lean.tokenizer.pad_token_id)
+    run = d.begin(ids, mask)  # the encoder and each sentence's cross K/V
+    rows = beams * len(ids)
+    empty = np.zeros((rows, d.heads, 0, d.head_dim), np.float32)
+    keys, values, keys_tm = [empty] * d.layers, [empty] * d.layers, [empty.transpose(2, 0, 1, 3)] * d.layers
+    rng = np.random.default_rng(0)
+    tokens = np.full((rows, 1), lean.settings.decoder_start_token_id)
+    for _ in range(6):
+        feeds = {"input_ids": tokens, "encoder_attention_mask": np.repeat(run.mask, beams, axis=0)}
+        cross = {name: kv for layer in range(d.layers)
+                 for name, kv in zip(d.past_names[4 * layer + 2 : 4 * layer + 4], run.cross_kv[2 * layer : 2 * layer + 2])}
+        feeds.update(zip(d.past_names[1::4], values))
+        logits, *present = plain.run(d.step_outputs, {**feeds, **dict(zip(d.past_names[0::4], keys)),
+                                                      **{k: np.repeat(v, beams, axis=0) for k, v in cross.items()}})
+        logits_tuned, *present_tuned = rewritten.run(d.step_outputs, {**feeds, **cross,
+                                                                      **dict(zip(d.past_names[0::4], keys_tm))})
+        assert np.array_equal(logits, logits_tuned)
+        keys, values = present[0::2], present[1::2]
+        assert all(np.array_equal(a, b) for a, b in zip(values, present_tuned[1::2]))
+        keys_tm = [np.concatenate([past, new.transpose(2, 0, 1, 3)]) for past, new in zip(keys_tm, present_tuned[0::2])]
+        assert all(np.array_equal(a.transpose(2, 0, 1, 3), b) for a, b in zip(keys, keys_tm))
+        tokens = rng.integers(0, logits.shape[-1], (rows, 1))
+    for beams in (1, 4):
+        settings = {"num_beams": beams, "max_new_tokens": 40, "min_length": 41}
+        assert (Translator(directory, decoder="tuned").translate(sources, **settings)
+                == lean.translate(sources, **settings)), beams
 
 
 def test_every_tuning_step_keeps_the_tokens_on_the_trained_model(tmp_path_factory):

@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     translate.add_argument("--max-new-tokens", type=int, help="longest translation in tokens (default: the model's)")
     translate.add_argument("--batch-size", type=int, default=16)
     translate.add_argument("--source-prefix", default="", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
-    translate.add_argument("--decoder", default="auto", choices=("auto", "lean", "split", "merged", "no-cache"))
+    translate.add_argument("--decoder", default="auto", choices=("auto", "tuned", "lean", "split", "merged", "no-cache"))
     translate.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads per session")
     bench = commands.add_parser("bench", help="the peer benchmark (PyTorch, optimum, mtonnx, CTranslate2)")
     bench.add_argument("--params", required=True, help="params YAML file; its bench section sets the matrix")

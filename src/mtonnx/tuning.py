@@ -9,18 +9,23 @@ on tiny and on the trained hsk-enzh, the condition for keeping it):
 2. Beam search screens candidates instead of scoring every continuation (runtime/decoding.py).
 3. Lean layout: decoder_cross_kv.onnx, extracted from decoder_model, computes the cross-attention K/V once per
    sentence, and decoder_with_past runs every step from an empty past: decoder_model, a second full copy of
-   the decoder weights, is never loaded (runtime/sessions.py).
-4. ORT's SkipLayerNormFusion off (runtime/sessions.py): kept for fp32 only; on int8 it changed 4 of 56
+   the decoder weights, is never loaded; beam search runs the first step on one row per sentence, since every
+   beam starts from the same state (runtime/sessions.py).
+4. Tuned step (step_rewrite.py, the "tuned" layout): decoder_with_past_tuned.onnx reads the self-attention key
+   cache in place from a time-major buffer instead of concatenating it every step, and computes cross-attention
+   on one copy of each sentence's K/V for all its beams; bit-identical logits.
+5. ORT's SkipLayerNormFusion off (runtime/sessions.py): kept for fp32 only; on int8 it changed 4 of 56
    greedy translations of hsk-enzh, so the int8 runtime keeps ORT's default.
-5. Weights in one mapped file (weightfile.py): the tied embedding table is stored once and memory-mapped by
+6. Weights in one mapped file (weightfile.py): the tied embedding table is stored once and memory-mapped by
    ORT instead of copied into each session; the same bytes, so the same tokens. Memory, not speed: notebook 07
    measures it as resident memory after load, not in the timed ablation.
-The graph rewrite is ours because no library pass matches torch.export's pattern: onnxruntime.transformers'
+The graph rewrites are ours because no library pass matches torch.export's pattern: onnxruntime.transformers'
 fusions target TorchScript exports (notebook 06 found only SkipLayerNormalization fused).
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 import time
 from dataclasses import dataclass
@@ -32,7 +37,9 @@ import onnx
 import onnx.utils
 from onnx import helper
 
+from mtonnx import step_rewrite
 from mtonnx.runtime.sessions import FP32_SESSION, INT8_SESSION  # the tuned runtime's session settings
+from mtonnx.step_rewrite import prune
 
 Transform = Callable[[Path, Path], dict[str, Any]]
 
@@ -63,26 +70,6 @@ def fold_key_transposes(model: onnx.ModelProto) -> int:
         folded += 1
     prune(model)
     return folded
-
-
-def prune(model: onnx.ModelProto) -> dict[str, int]:
-    """Remove nodes whose outputs nobody reads and initializers no node uses (ORT warns about each)."""
-    graph = model.graph
-    outputs = {o.name for o in graph.output}
-    nodes = 0
-    while True:
-        used = {i for n in graph.node for i in n.input} | outputs
-        dead = [n for n in graph.node if not any(o in used for o in n.output)]
-        if not dead:
-            break
-        for n in dead:
-            graph.node.remove(n)
-        nodes += len(dead)
-    used = {i for n in graph.node for i in n.input} | outputs
-    unused = [i for i in graph.initializer if i.name not in used]
-    for i in unused:
-        graph.initializer.remove(i)
-    return {"nodes": nodes, "initializers": len(unused)}
 
 
 def folded(then: Transform | None = None) -> Transform:
@@ -145,17 +132,38 @@ def with_cross_kv(transform: Transform) -> Transform:
     return wrapped
 
 
+def with_tuned_step(transform: Transform) -> Transform:
+    """`transform`, plus decoder_with_past_tuned.onnx (`step_rewrite.tuned_step`) next to the transformed
+    decoder_with_past_model.onnx (a graph whose attention does not match is left without one)."""
+    def wrapped(src: Path, dst: Path) -> dict[str, Any]:
+        details = transform(src, dst)
+        if src.name == "decoder_with_past_model.onnx":
+            model = onnx.load(str(dst))
+            try:
+                details["tuned_step"] = step_rewrite.tuned_step(model)
+                onnx.save(model, str(dst.parent / step_rewrite.TUNED_STEP))
+            except ValueError as err:
+                details["tuned_step"] = f"not written: {err}"
+        return details
+
+    return wrapped
+
+
 def build_tuned(fp32_dir: str | Path, work_dir: str | Path) -> dict[str, str]:
     """`variants/fp32-tuned` and `variants/int8-tuned` (folded, then notebook 06's int8 recipe; each with the
-    lean layout's decoder_cross_kv.onnx and its weights in one mapped file), if missing."""
+    lean layouts' decoder_cross_kv.onnx and decoder_with_past_tuned.onnx, its weights in one mapped file), if
+    missing or built before the tuned step existed."""
     from mtonnx import quantize, weightfile
 
     work = Path(work_dir)
     built = {"fp32-tuned": str(work / "variants" / "fp32-tuned"), "int8-tuned": str(work / "variants" / "int8-tuned")}
     for name, then in (("fp32-tuned", None), ("int8-tuned", quantize.dynamic_int8())):
-        if not all((Path(built[name]) / f).is_file() for f in (quantize.MANIFEST, weightfile.WEIGHTS)):
-            quantize.build_variant(name, fp32_dir, built[name], with_cross_kv(folded(then)),
-                                   {"name": name, "fold": True, "weights_file": True}, finalize=weightfile.externalize)
+        manifest = Path(built[name]) / quantize.MANIFEST
+        recipe = json.loads(manifest.read_text(encoding="utf-8"))["recipe"] if manifest.is_file() else {}
+        if not (recipe.get("tuned_step") and (Path(built[name]) / weightfile.WEIGHTS).is_file()):
+            quantize.build_variant(name, fp32_dir, built[name], with_tuned_step(with_cross_kv(folded(then))),
+                                   {"name": name, "fold": True, "weights_file": True, "tuned_step": True},
+                                   finalize=weightfile.externalize)
     return built
 
 
@@ -177,7 +185,8 @@ STEPS = (
     Step("+ key transposes folded", "int8-tuned", "split", INT8_SESSION, False, True),
     Step("+ screened beam candidates", "int8-tuned", "split", INT8_SESSION, True, True),
     Step("+ lean layout (no decoder_model)", "int8-tuned", "lean", INT8_SESSION, True, True),
-    Step("+ SkipLayerNormFusion off", "int8-tuned", "lean", FP32_SESSION, True, False),
+    Step("+ tuned step (keys in place, cross-attention per sentence)", "int8-tuned", "tuned", INT8_SESSION, True, True),
+    Step("+ SkipLayerNormFusion off", "int8-tuned", "tuned", FP32_SESSION, True, False),
 )
 
 
@@ -225,7 +234,8 @@ def ablation(dirs: dict[str, str], rows: list[list[int]], configs: list[tuple[in
 # shows the file's effect alone).
 MEMORY_STEPS = (("int8 as notebook 06 builds it", "int8", "split"),
                 ("+ weights in one mapped file", "int8-tuned", "split"),
-                ("+ lean layout (no decoder_model)", "int8-tuned", "lean"))
+                ("+ lean layout (no decoder_model)", "int8-tuned", "lean"),
+                ("+ tuned step (keys in place, cross-attention per sentence)", "int8-tuned", "tuned"))
 
 
 def memory_ablation(dirs: dict[str, str]) -> list[dict[str, Any]]:

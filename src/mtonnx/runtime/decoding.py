@@ -76,20 +76,33 @@ class GenerationSettings:
 
 
 class Run(Protocol):
-    """One batch being decoded: `step` feeds one token per row and returns that step's logits."""
+    """One batch being decoded: `step` feeds one token per row and returns that step's logits.
+
+    A run may set `narrow_first`: beam search then feeds the first step one row per sentence (every beam of a
+    sentence starts from the same state) and the first `reorder` widens the rows to the beams.
+    """
 
     def step(self, tokens: np.ndarray) -> np.ndarray: ...
 
     def reorder(self, rows: np.ndarray) -> None: ...
 
 
+def _forced(cur_len: int, s: GenerationSettings) -> bool:
+    """The last allowed position, where forced_eos_token_id leaves only eos."""
+    return s.forced_eos_token_id is not None and cur_len == s.max_length - 1
+
+
+def _banned(cur_len: int, s: GenerationSettings) -> list[int]:
+    """The tokens `process` sets to -inf at this step (outside the forced-eos step)."""
+    return [*s.bad_token_ids, *([s.eos_token_id] if cur_len < s.min_length else [])]
+
+
 def process(scores: np.ndarray, cur_len: int, s: GenerationSettings) -> np.ndarray:
     """The logits processors generate() applies for Marian, in place; cur_len counts the start token."""
-    if s.bad_token_ids:
-        scores[:, list(s.bad_token_ids)] = -np.inf
-    if cur_len < s.min_length:
-        scores[:, s.eos_token_id] = -np.inf
-    if s.forced_eos_token_id is not None and cur_len == s.max_length - 1:
+    banned = _banned(cur_len, s)
+    if banned:
+        scores[:, banned] = -np.inf
+    if _forced(cur_len, s):
         scores[:] = -np.inf
         scores[:, s.forced_eos_token_id] = 0.0
     return scores
@@ -128,11 +141,20 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
     tokens = running[:, :, 0].reshape(-1)
     scratch = None
     cur_len = 1
+    narrow = k > 1 and getattr(run, "narrow_first", False)
     while True:
-        logits = run.step(tokens)
-        scratch = np.empty_like(logits) if scratch is None else scratch
+        logits = run.step(tokens[::k] if narrow else tokens)
         vocab = logits.shape[-1]
-        flat, cand_scores = _candidates(logits, running_scores, cur_len, s, scratch, keep)
+        scored = running_scores
+        if narrow:  # beams 1.. start at -1e9: the top 2*beams continuations all extend beam 0 (row = sentence) ...
+            if _forced(cur_len, s) or vocab - len(_banned(cur_len, s)) < keep:  # ... unless too few tokens are allowed
+                logits = np.repeat(logits, k, axis=0)
+            else:
+                scored = running_scores[:, :1]
+            narrow = False
+        if scratch is None or scratch.shape != logits.shape:
+            scratch = np.empty_like(logits)
+        flat, cand_scores = _candidates(logits, scored, cur_len, s, scratch, keep)
         cand_beam, cand_token = flat // vocab, flat % vocab
         cand_seq = np.take_along_axis(running, cand_beam[:, :, None], axis=1)
         cand_seq[:, :, cur_len] = cand_token
@@ -181,20 +203,28 @@ def _candidates(logits: np.ndarray, running_scores: np.ndarray, cur_len: int, s:
     Exactly what scoring every continuation and taking the top `keep` gives, without scoring them all:
     a continuation's score is a monotone function of its logit within a row, so the top of a sentence lies in
     the groups of 64 logits (strided) whose maximum scores highest; only the log-sum-exp needs a full pass.
-    The forced-eos step (every score -inf but eos) and small vocabularies take the full path.
+    The forced-eos step needs no scores at all (`_forced_candidates`); small vocabularies take the full path.
     """
     batch, beams = running_scores.shape
     rows, vocab = logits.shape
     groups = vocab // GROUP
-    forced = s.forced_eos_token_id is not None and cur_len == s.max_length - 1
-    if not s.screen_candidates or groups < 4 * keep or forced:
+    if _forced(cur_len, s):
+        if s.screen_candidates:
+            return _forced_candidates(running_scores, vocab, s.forced_eos_token_id, keep)
         return _candidates_full(logits, running_scores, cur_len, s, scratch, keep)
-    peak = logits.max(axis=-1, keepdims=True)
+    if not s.screen_candidates or groups < 4 * keep:
+        return _candidates_full(logits, running_scores, cur_len, s, scratch, keep)
+    grouped = logits[:, : groups * GROUP].reshape(rows, GROUP, groups)
+    maxima = grouped.max(axis=1)
+    # the row maximum from the group maxima: one pass over the logits fewer (a max is exact in any order)
+    peak = np.maximum(maxima.max(axis=1), logits[:, groups * GROUP :].max(axis=1, initial=-np.inf))[:, None]
     np.subtract(logits, peak, out=scratch)
     log_total = np.log(np.exp(scratch, out=scratch).sum(axis=-1, keepdims=True))
     offset = running_scores.reshape(rows, 1)
     process(logits, cur_len, s)  # -inf where a processor bans a token; log-sum-exp was taken before, as in generate()
-    maxima = logits[:, : groups * GROUP].reshape(rows, GROUP, groups).max(axis=1)
+    banned = [c for c in _banned(cur_len, s) if c < groups * GROUP]
+    for group in {c % groups for c in banned}:  # groups holding a banned token: their maxima again, after process
+        maxima[:, group] = grouped[:, :, group].max(axis=1)
     best = ((maxima - peak) - log_total) + offset  # the same float32 operations, in the same order, as the full path
     # The keep-th best group maximum of a sentence is <= its keep-th best score: groups below it cannot win
     # (per sentence, not per row: beams still at the -1e9 start score drop out at once).
@@ -218,6 +248,19 @@ def _candidates(logits: np.ndarray, running_scores: np.ndarray, cur_len: int, s:
     starts = np.searchsorted(sentence[order], np.arange(batch))
     pick = order[starts[:, None] + np.arange(keep)]
     return flat[pick], scores[pick]
+
+
+def _forced_candidates(running_scores: np.ndarray, vocab: int, eos: int, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_candidates` at the forced-eos step, where the processors leave every score -inf but eos's (0 + the running
+    score): only each beam's eos and the lowest flat indices (the -inf ties `_top_k` keeps) can be chosen, so
+    those few columns are ranked instead of log-softmaxing beams x vocabulary scores that are then thrown away."""
+    batch, beams = running_scores.shape
+    eos_cols = np.arange(beams) * vocab + eos
+    cols = np.union1d(eos_cols, np.arange(keep + beams))  # ascending, so ties still go to the lower flat index
+    values = np.full((batch, len(cols)), -np.inf, dtype=np.float32)
+    values[:, np.searchsorted(cols, eos_cols)] = running_scores
+    pick = _top_k(values, keep)
+    return cols[pick], np.take_along_axis(values, pick, axis=1)
 
 
 def _candidates_full(logits: np.ndarray, running_scores: np.ndarray, cur_len: int, s: GenerationSettings,

@@ -1,7 +1,7 @@
 """`Translator`: load an export directory and translate English to Chinese with ONNX Runtime only.
 
 Accepts the hand export (notebook 02), optimum's split files, optimum's merged decoder, or a tuned variant's
-lean files (tuning.py; preferred when present); generation defaults come from the directory's
+tuned or lean files (tuning.py; preferred when present); generation defaults come from the directory's
 generation_config.json, as with `generate`.
 """
 
@@ -19,8 +19,9 @@ from mtonnx.runtime.sessions import CachedDecoder, NoCacheDecoder, SessionSettin
 from mtonnx.runtime.tokenizer import MarianSpmTokenizer, pad
 
 TOKENIZER_FILES = ("vocab.json", "source.spm", "target.spm")
-LAYOUTS = {
-    "lean": ("encoder_model.onnx", "decoder_cross_kv.onnx", "decoder_with_past_model.onnx"),  # tuned variants
+LAYOUTS = {  # tuned variants (tuning.py) have tuned and lean; exports split, merged and no-cache
+    "tuned": ("encoder_model.onnx", "decoder_cross_kv.onnx", "decoder_with_past_tuned.onnx"),
+    "lean": ("encoder_model.onnx", "decoder_cross_kv.onnx", "decoder_with_past_model.onnx"),
     "split": ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"),
     "merged": ("encoder_model.onnx", "decoder_model_merged.onnx"),
     "no-cache": ("translation_step.onnx",),
@@ -49,8 +50,8 @@ class Translator:
         sessions = {f: make_session(self.dir / f, session) for f in LAYOUTS[self.layout]}
         if self.layout == "no-cache":
             self.decoder = NoCacheDecoder(sessions["translation_step.onnx"])
-        elif self.layout == "lean":
-            self.decoder = CachedDecoder(sessions["encoder_model.onnx"], None, sessions["decoder_with_past_model.onnx"],
+        elif self.layout in ("tuned", "lean"):
+            self.decoder = CachedDecoder(sessions["encoder_model.onnx"], None, sessions[LAYOUTS[self.layout][2]],
                                          cross_kv=sessions["decoder_cross_kv.onnx"])
         elif self.layout == "merged":
             self.decoder = CachedDecoder(sessions["encoder_model.onnx"], None, sessions["decoder_model_merged.onnx"])
@@ -62,7 +63,7 @@ class Translator:
     def _layout(self, decoder: str) -> str:
         if decoder not in ("auto", *LAYOUTS):
             raise ModelDirError(f"decoder must be auto, {', '.join(LAYOUTS)}; got {decoder!r}")
-        candidates = ["lean", "split", "merged"] if decoder == "auto" else [decoder]
+        candidates = ["tuned", "lean", "split", "merged"] if decoder == "auto" else [decoder]
         for layout in candidates:
             if all((self.dir / f).is_file() for f in LAYOUTS[layout]):
                 return layout
