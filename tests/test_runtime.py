@@ -166,13 +166,25 @@ def test_bad_model_dirs_are_clear_errors(hand_export, tmp_path, models_dir):
 @pytest.mark.parametrize("rows", [[0, 1, 2, 3, 4, 5, 6, 7], [0, 0, 2, 3, 4, 5, 7, 7], [1, 0, 3, 2, 5, 4, 7, 6],
                                   [3, 3, 3, 3, 4, 4, 4, 4], [1, 2, 2, 3, 4, 5, 6, 7]])
 def test_beam_reorder_in_place_equals_a_full_gather(rows):
-    """The cache reorder copies only moved rows, in place; the result must equal gathering every row."""
-    from mtonnx.runtime.sessions import _CachedRun
+    """The cache reorder copies only moved rows, in place; the result must equal gathering every row, for the
+    exported caches and for the tuned step's time-major key buffer (rows on its second axis)."""
+    from mtonnx.runtime.sessions import _CachedRun, _TimeMajorKeys
 
     rng = np.random.default_rng(0)
     cache = [rng.standard_normal((8, 2, 5, 4)).astype(np.float32) for _ in range(4)]
-    run = _CachedRun.__new__(_CachedRun)
+    run = _CachedRun(None, None, None)
     run.self_kv = [kv.copy() for kv in cache]
     run.reorder(np.array(rows))
     for got, kv in zip(run.self_kv, cache):
         assert np.array_equal(got, kv[rows])
+    run = _CachedRun(None, None, None)
+    run.keys = _TimeMajorKeys(layers=2, rows=8, heads=2, head_dim=4, capacity=4)
+    for _ in range(5):  # past the capacity: the buffer doubles
+        run.keys.append([kv[:, :, :1] for kv in cache[0::2]])
+    keys = [k.copy() for k in run.keys.buffers]
+    run.self_kv = [kv.copy() for kv in cache]
+    run.reorder(np.array(rows))
+    for got, kv in zip(run.self_kv[1::2], cache[1::2]):
+        assert np.array_equal(got, kv[rows])
+    for got, kv in zip(run.keys.buffers, keys):
+        assert np.array_equal(run.keys.past(0), run.keys.buffers[0][:5]) and np.array_equal(got[:5], kv[:5, rows])
