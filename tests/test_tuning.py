@@ -94,8 +94,7 @@ def test_tuned_step_gives_bit_identical_logits_and_the_same_beams_past_the_buffe
     tokens = np.full((rows, 1), lean.settings.decoder_start_token_id)
     for _ in range(6):
         feeds = {"input_ids": tokens, "encoder_attention_mask": np.repeat(run.mask, beams, axis=0)}
-        cross = {name: kv for layer in range(d.layers)
-                 for name, kv in zip(d.past_names[4 * layer + 2 : 4 * layer + 4], run.cross_kv[2 * layer : 2 * layer + 2])}
+        cross = dict(zip([n for i, n in enumerate(d.past_names) if i % 4 >= 2], run.cross_kv))
         feeds.update(zip(d.past_names[1::4], values))
         logits, *present = plain.run(d.step_outputs, {**feeds, **dict(zip(d.past_names[0::4], keys)),
                                                       **{k: np.repeat(v, beams, axis=0) for k, v in cross.items()}})

@@ -69,7 +69,8 @@ def time_major_keys(model: onnx.ModelProto) -> int:
                                    alpha=alpha, transB=1, transBatchB=1),
                   helper.make_node("FusedMatMul", [query, new_key], [f"{stem}.scores_new"], domain="com.microsoft",
                                    alpha=alpha, transB=1),
-                  helper.make_node("Concat", [f"{stem}.scores_past", f"{stem}.scores_new"], [matmul.output[0]], axis=-1),
+                  helper.make_node("Concat", [f"{stem}.scores_past", f"{stem}.scores_new"], [matmul.output[0]],
+                                   axis=-1),
                   helper.make_node("Identity", [new_key], [concat.output[0]])]
         removed += [concat, transpose, scale_k, matmul]
     _replace(graph, removed, added)
@@ -171,12 +172,19 @@ def toposort(graph: onnx.GraphProto) -> None:
     graph.node.extend(ordered)
 
 
-def _index(graph: onnx.GraphProto):
+def consumers_and_producers(graph: onnx.GraphProto) -> tuple[dict[str, list[onnx.NodeProto]],
+                                                              dict[str, onnx.NodeProto]]:
+    """Which nodes read each value, and which node writes it."""
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    producers = {o: n for n in graph.node for o in n.output}
+    return consumers, {o: n for n in graph.node for o in n.output}
+
+
+def _index(graph: onnx.GraphProto):
+    """consumers_and_producers, plus the values of scalar constants (the attention scales)."""
+    consumers, producers = consumers_and_producers(graph)
     constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer
                  if i.data_location != onnx.TensorProto.EXTERNAL and int(np.prod(i.dims)) == 1}
     constants.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in graph.node

@@ -39,7 +39,6 @@ from onnx import helper
 
 from mtonnx import step_rewrite
 from mtonnx.runtime.sessions import FP32_SESSION, INT8_SESSION  # the tuned runtime's session settings
-from mtonnx.step_rewrite import prune
 
 Transform = Callable[[Path, Path], dict[str, Any]]
 
@@ -48,11 +47,7 @@ def fold_key_transposes(model: onnx.ModelProto) -> int:
     """Replace Reshape(x, 3-D) -> Transpose(perm 0,2,1) -> Reshape(4-D) by Transpose(x, perm 0,1,3,2);
     returns how many were folded (dead shape computations are pruned)."""
     graph = model.graph
-    producers = {o: n for n in graph.node for o in n.output}
-    by_input: dict[str, list[onnx.NodeProto]] = {}
-    for n in graph.node:
-        for i in n.input:
-            by_input.setdefault(i, []).append(n)
+    by_input, producers = step_rewrite.consumers_and_producers(graph)
     folded = 0
     for transpose in [n for n in graph.node if n.op_type == "Transpose"]:
         perm = next((list(helper.get_attribute_value(a)) for a in transpose.attribute if a.name == "perm"), None)
@@ -68,7 +63,7 @@ def fold_key_transposes(model: onnx.ModelProto) -> int:
         graph.node.remove(unflatten)
         graph.node.remove(transpose)
         folded += 1
-    prune(model)
+    step_rewrite.prune(model)
     return folded
 
 
