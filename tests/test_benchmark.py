@@ -23,7 +23,7 @@ def test_every_engine_generates_exactly_the_forced_length(paths):
     assert {(r["engine"], r["config"]) for r in results} == {(e, c.name) for e in peers.ENGINES for c in configs}
     for r in results:
         assert r["generated_tokens"] == r["batch"] * r["tokens"], r  # eos suppressed until the forced length
-        assert r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["repeats"] == 1
+        assert r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["repeats"] == 1 and len(r["times_ms"]) == 1
     assert all(r["speedup_vs_pytorch_fp32"] == 1.0 for r in results if r["engine"] == "pytorch-fp32")
 
 
@@ -45,10 +45,21 @@ def test_ratios_and_the_bound(tiny_dir):
     assert ratios["fp32_vs_optimum_fp32_b1"] == 1.2 and ratios["int8_vs_pt_fp32_b8"] is None
     assert ratios["int8_vs_ct2_int8_b8_beam4"] == 0.9 and ratios["int8_vs_ct2_int8_b1_beam4"] is None
     assert set(ratios) == set(benchmark.TARGETS)
+    assert set(benchmark.paired_ratios(results, 32).values()) == {None}  # no per-repetition times: no paired ratio
     bound = peers.bytes_per_token(tiny_dir)
     assert bound["weights_per_token"] == bound["decoder_weights"] + bound["lm_head_weights"]
     config = json.loads((tiny_dir / "config.json").read_text())
     assert bound["lm_head_weights"] == config["vocab_size"] * config["d_model"]
+
+
+def test_paired_ratios_divide_repetition_by_repetition():
+    config = peers.Config(1, 1, 1, 32).name
+    results = [{"engine": "ct2-int8", "config": config, "median_ms": 200.0, "times_ms": [100.0, 200.0, 400.0]},
+               {"engine": "mtonnx-int8", "config": config, "median_ms": 200.0, "times_ms": [80.0, 200.0, 200.0]}]
+    assert benchmark.ratios(results, 32)["int8_vs_ct2_int8_b1"] == 1.0  # equal medians ...
+    paired = benchmark.paired_ratios(results, 32)  # ... but faster in every repetition
+    assert paired["int8_vs_ct2_int8_b1"] == {"median": 1.25, "min": 1.0, "max": 2.0}
+    assert paired["int8_vs_ct2_int8_b8"] is None
 
 
 def test_memory_probe_counts_what_the_loaded_object_holds():

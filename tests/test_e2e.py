@@ -19,7 +19,8 @@ EXPECTED_METRICS = ("inspect.params_total", "inspect.bleu_greedy", "inspect.bleu
                     "runtime.cache_speedup_16", "runtime.vs_generate_b1_16", "quant.recommended",
                     "quant.fp32.size_mb", "quant.int8.p50_ms_b1", "quant.int8-naive.gated", "quant.fp16.bleu",
                     "pitfalls.reproduced", "doctor.manual.failures", "doctor.optimum.failures",
-                    "bench.ratio.int8_vs_pt_fp32_b1", "bench.mtonnx-int8.rss_mb", "bench.ct2-int8.rss_mb")
+                    "bench.ratio.int8_vs_pt_fp32_b1", "bench.ratio_per_repetition.int8_vs_ct2_int8_b1.median",
+                    "bench.mtonnx-int8.rss_mb", "bench.ct2-int8.rss_mb")
 EXPORTED = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "translation_step.onnx")
 ENV_KEYS = ("python", "packages", "onnxruntime_providers", "cpu", "git", "params", "params_hash")
 

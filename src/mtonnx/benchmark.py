@@ -7,6 +7,8 @@ import itertools
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from mtonnx import data, models, peers, report, tuning
 from mtonnx.runtime import MarianSpmTokenizer
 
@@ -54,23 +56,42 @@ def run_benchmark(params: dict[str, Any], run_dir: str | Path, models_dir: str |
     return {**out, "path": str(path)}
 
 
-def ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, float | None]:
-    """The issue's headline ratios at 1 thread, `tokens` new tokens, batch 1 and 8: greedy, and beam 4 (`_beam4`)."""
-    def median(engine: str, batch: int, beams: int) -> float | None:
+def _headline(results: list[dict[str, Any]], tokens: int, ratio: Callable[[dict, dict], Any]) -> dict[str, Any]:
+    """`ratio(slow, fast)` of each headline pair at 1 thread, `tokens` new tokens (None where one is missing)."""
+    def pick(engine: str, batch: int, beams: int) -> dict[str, Any] | None:
         name = peers.Config(batch, beams, 1, tokens).name
-        return next((r["median_ms"] for r in results if r["engine"] == engine and r["config"] == name), None)
+        return next((r for r in results if r["engine"] == engine and r["config"] == name), None)
 
-    def ratio(slow: str, fast: str, batch: int, beams: int = 1) -> float | None:
-        a, b = median(slow, batch, beams), median(fast, batch, beams)
-        return round(a / b, 2) if a and b else None
-
-    out = {}
+    pairs = {}
     for beams, suffix in ((1, ""), (4, "_beam4")):
         for batch in (1, 8):
-            out[f"int8_vs_pt_fp32_b{batch}{suffix}"] = ratio("pytorch-fp32", "mtonnx-int8", batch, beams)
-            out[f"int8_vs_ct2_int8_b{batch}{suffix}"] = ratio("ct2-int8", "mtonnx-int8", batch, beams)
-    out["fp32_vs_optimum_fp32_b1"] = ratio("optimum-fp32", "mtonnx-fp32", 1)
+            pairs[f"int8_vs_pt_fp32_b{batch}{suffix}"] = ("pytorch-fp32", "mtonnx-int8", batch, beams)
+            pairs[f"int8_vs_ct2_int8_b{batch}{suffix}"] = ("ct2-int8", "mtonnx-int8", batch, beams)
+    pairs["fp32_vs_optimum_fp32_b1"] = ("optimum-fp32", "mtonnx-fp32", 1, 1)
+    out = {}
+    for key, (slow, fast, batch, beams) in pairs.items():
+        a, b = pick(slow, batch, beams), pick(fast, batch, beams)
+        out[key] = ratio(a, b) if a and b else None
     return out
+
+
+def ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, float | None]:
+    """The issue's headline ratios (ratio of medians) at 1 thread, `tokens` new tokens, batch 1 and 8: greedy,
+    and beam 4 (`_beam4`)."""
+    return _headline(results, tokens, lambda slow, fast: round(slow["median_ms"] / fast["median_ms"], 2))
+
+
+def paired_ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, dict[str, float] | None]:
+    """The same ratios repetition by repetition (repetition i of both engines ran seconds apart, so the machine's
+    minute-to-minute drift mostly cancels): median, min and max over the repetitions."""
+    def paired(slow: dict, fast: dict) -> dict[str, float] | None:
+        if "times_ms" not in slow or "times_ms" not in fast:
+            return None
+        each = np.array(slow["times_ms"]) / np.array(fast["times_ms"])
+        return {"median": round(float(np.median(each)), 2), "min": round(float(each.min()), 2),
+                "max": round(float(each.max()), 2)}
+
+    return _headline(results, tokens, paired)
 
 
 TARGETS = {**{f"int8_vs_pt_fp32_b{b}{s}": 4.0 for b in (1, 8) for s in ("", "_beam4")},

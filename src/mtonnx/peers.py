@@ -169,6 +169,7 @@ def run_configs(engines: list[str], paths: Paths, configs: list[Config], rows: l
                 results.append({"engine": name, "config": config.name, **asdict(config),
                                 "median_ms": round(median, 2), "min_ms": round(min(series), 2),
                                 "max_ms": round(max(series), 2), "repeats": repeats,
+                                "times_ms": [round(t, 2) for t in series],  # in order: repetition i of every engine ran together
                                 "generated_tokens": generated[name],
                                 "tokens_per_s": round(config.batch * config.tokens / (median / 1000), 1)})
     return results
