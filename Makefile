@@ -11,7 +11,7 @@ endif
 STAMP := $(ENV_DIR)/.mtonnx-installed
 PARAMS ?= params/default.yaml
 
-.PHONY: install report test lab model clean distclean
+.PHONY: install report test lint lab model clean distclean
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ report: $(STAMP)
 
 test: $(STAMP)
 	$(PYTHON) -m pytest -q
+
+lint: $(STAMP)
+	$(PYTHON) -m ruff check src tests notebooks
+	$(PYTHON) -m ruff format --check src tests notebooks
 
 model: $(STAMP)
 	$(PYTHON) -m mtonnx train --params params/train.yaml

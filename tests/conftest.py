@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mtonnx import models
+from mtonnx.sources import models
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,27 +40,27 @@ def mtonnx_cmd(*args: str) -> list[str]:
 @pytest.fixture(scope="session")
 def hand_export(tiny_dir, tmp_path_factory) -> Path:
     """The tiny model exported by hand (TorchScript exporter: seconds, where torch.export takes ~30 s)."""
-    from mtonnx import export
+    from mtonnx.export.manual import export_manual
 
     out = tmp_path_factory.mktemp("hand") / "export_manual"
-    export.export_manual(tiny_dir, out, exporter="torchscript")
+    export_manual(tiny_dir, out, exporter="torchscript")
     return out
 
 
 @pytest.fixture(scope="session")
 def dynamo_export(tiny_dir, tmp_path_factory) -> Path:
     """The tiny model exported with torch.export (the project default; ~30 s), shared by every test that needs it."""
-    from mtonnx import export
+    from mtonnx.export.manual import export_manual
 
     out = tmp_path_factory.mktemp("dynamo") / "export_manual"
-    export.export_manual(tiny_dir, out, exporter="dynamo", opset=18)
+    export_manual(tiny_dir, out, exporter="dynamo", opset=18)
     return out
 
 
 @pytest.fixture(scope="session")
 def optimum_dir(tiny_dir, tmp_path_factory) -> Path:
-    from mtonnx import optimum_export
+    from mtonnx.export.optimum import export_optimum
 
     out = tmp_path_factory.mktemp("optimum") / "export_optimum"
-    optimum_export.export_optimum(tiny_dir, out)
+    export_optimum(tiny_dir, out)
     return out

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from mtonnx import bench, benchmark, data, peers
+from mtonnx import data
+from mtonnx.measure import benchmark, peers, probe
+from mtonnx.params import ENGINES
 from mtonnx.runtime import MarianSpmTokenizer
 
 
@@ -19,8 +21,8 @@ def test_every_engine_generates_exactly_the_forced_length(paths):
     tokenizer = MarianSpmTokenizer(paths.fp32_export)
     rows = [tokenizer.encode(p.en) for p in data.eval_set({"hsk_size": 3, "techdocs_size": 0, "eval_split": "test"})]
     configs = [peers.Config(1, 1, 1, 6), peers.Config(3, 2, 1, 5)]
-    results = peers.measure(list(peers.ENGINES), paths, configs, rows, warmup=0, repeats=1)
-    assert {(r["engine"], r["config"]) for r in results} == {(e, c.name) for e in peers.ENGINES for c in configs}
+    results = peers.measure_engines(list(ENGINES), paths, configs, rows, warmup=0, repeats=1)
+    assert {(r["engine"], r["config"]) for r in results} == {(e, c.name) for e in ENGINES for c in configs}
     for r in results:
         assert r["generated_tokens"] == r["batch"] * r["tokens"], r  # eos suppressed until the forced length
         assert r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["repeats"] == 1 and len(r["times_ms"]) == 1
@@ -30,23 +32,33 @@ def test_every_engine_generates_exactly_the_forced_length(paths):
 def test_multi_thread_configs_run_in_separate_processes(paths):
     tokenizer = MarianSpmTokenizer(paths.fp32_export)
     rows = [tokenizer.encode("Hello, teacher!")]
-    results = peers.measure(["mtonnx-int8", "ct2-int8"], paths, [peers.Config(1, 1, 2, 4)], rows, warmup=0, repeats=1)
+    results = peers.measure_engines(
+        ["mtonnx-int8", "ct2-int8"], paths, [peers.Config(1, 1, 2, 4)], rows, warmup=0, repeats=1
+    )
     assert [r["engine"] for r in results] == ["mtonnx-int8", "ct2-int8"]
     assert all(r["threads"] == 2 and r["generated_tokens"] == 4 for r in results)
 
 
 def test_ratios_and_the_bound(tiny_dir):
-    results = [{"engine": e, "config": peers.Config(b, k, 1, 32).name, "median_ms": ms}
-               for e, b, k, ms in (("pytorch-fp32", 1, 1, 400.0), ("mtonnx-int8", 1, 1, 100.0), ("ct2-int8", 1, 1, 125.0),
-                                   ("optimum-fp32", 1, 1, 300.0), ("mtonnx-fp32", 1, 1, 250.0),
-                                   ("ct2-int8", 8, 4, 900.0), ("mtonnx-int8", 8, 4, 1000.0))]
+    results = [
+        {"engine": e, "config": peers.Config(b, k, 1, 32).name, "median_ms": ms}
+        for e, b, k, ms in (
+            ("pytorch-fp32", 1, 1, 400.0),
+            ("mtonnx-int8", 1, 1, 100.0),
+            ("ct2-int8", 1, 1, 125.0),
+            ("optimum-fp32", 1, 1, 300.0),
+            ("mtonnx-fp32", 1, 1, 250.0),
+            ("ct2-int8", 8, 4, 900.0),
+            ("mtonnx-int8", 8, 4, 1000.0),
+        )
+    ]
     ratios = benchmark.ratios(results, 32)
     assert ratios["int8_vs_pt_fp32_b1"] == 4.0 and ratios["int8_vs_ct2_int8_b1"] == 1.25
     assert ratios["fp32_vs_optimum_fp32_b1"] == 1.2 and ratios["int8_vs_pt_fp32_b8"] is None
     assert ratios["int8_vs_ct2_int8_b8_beam4"] == 0.9 and ratios["int8_vs_ct2_int8_b1_beam4"] is None
     assert set(ratios) == set(benchmark.TARGETS)
     assert set(benchmark.paired_ratios(results, 32).values()) == {None}  # no per-repetition times: no paired ratio
-    bound = peers.bytes_per_token(tiny_dir)
+    bound = benchmark.bytes_per_token(tiny_dir)
     assert bound["weights_per_token"] == bound["decoder_weights"] + bound["lm_head_weights"]
     config = json.loads((tiny_dir / "config.json").read_text())
     assert bound["lm_head_weights"] == config["vocab_size"] * config["d_model"]
@@ -54,8 +66,10 @@ def test_ratios_and_the_bound(tiny_dir):
 
 def test_paired_ratios_divide_repetition_by_repetition():
     config = peers.Config(1, 1, 1, 32).name
-    results = [{"engine": "ct2-int8", "config": config, "median_ms": 200.0, "times_ms": [100.0, 200.0, 400.0]},
-               {"engine": "mtonnx-int8", "config": config, "median_ms": 200.0, "times_ms": [80.0, 200.0, 200.0]}]
+    results = [
+        {"engine": "ct2-int8", "config": config, "median_ms": 200.0, "times_ms": [100.0, 200.0, 400.0]},
+        {"engine": "mtonnx-int8", "config": config, "median_ms": 200.0, "times_ms": [80.0, 200.0, 200.0]},
+    ]
     assert benchmark.ratios(results, 32)["int8_vs_ct2_int8_b1"] == 1.0  # equal medians ...
     paired = benchmark.paired_ratios(results, 32)  # ... but faster in every repetition
     assert paired["int8_vs_ct2_int8_b1"] == {"median": 1.25, "min": 1.0, "max": 2.0}
@@ -63,6 +77,6 @@ def test_paired_ratios_divide_repetition_by_repetition():
 
 
 def test_memory_probe_counts_what_the_loaded_object_holds():
-    empty = bench.import_cost("None", repeats=1)["rss_mb"]
-    held = bench.import_cost("bytearray(300 * 2**20)", repeats=1)["rss_mb"]  # a final expression, never bound
+    empty = probe.import_cost("None", repeats=1)["rss_mb"]
+    held = probe.import_cost("bytearray(300 * 2**20)", repeats=1)["rss_mb"]  # a final expression, never bound
     assert held - empty >= 290

@@ -31,7 +31,11 @@ def test_top_k_is_exact_with_ties_and_inf(seed):
     rng = np.random.default_rng(seed)
     rows, n, k = int(rng.integers(1, 6)), int(rng.choice([3, 40, 700, 20000])), int(rng.integers(1, 9))
     k = min(k, n)
-    values = rng.integers(-3, 3, size=(rows, n)).astype(np.float32) if seed % 2 else rng.standard_normal((rows, n)).astype(np.float32)
+    values = (
+        rng.integers(-3, 3, size=(rows, n)).astype(np.float32)
+        if seed % 2
+        else rng.standard_normal((rows, n)).astype(np.float32)
+    )
     if seed % 3 == 0:  # the forced-eos step: everything -inf but one column
         values[0] = -np.inf
         values[0, n // 2] = 0.0
@@ -42,10 +46,16 @@ def test_top_k_is_exact_with_ties_and_inf(seed):
 def test_screened_candidates_equal_scoring_every_continuation(seed):
     rng = np.random.default_rng(seed)
     batch, beams, vocab = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.choice([300, 5000, 65001]))
-    s = GenerationSettings(decoder_start_token_id=vocab - 1, eos_token_id=0, pad_token_id=vocab - 1, num_beams=beams,
-                           max_length=10, min_length=int(rng.integers(0, 6)),
-                           bad_token_ids=(vocab - 1,) if seed % 3 else (vocab - 1, int(rng.integers(1, vocab - 1))),
-                           forced_eos_token_id=0 if seed % 2 else None)
+    s = GenerationSettings(
+        decoder_start_token_id=vocab - 1,
+        eos_token_id=0,
+        pad_token_id=vocab - 1,
+        num_beams=beams,
+        max_length=10,
+        min_length=int(rng.integers(0, 6)),
+        bad_token_ids=(vocab - 1,) if seed % 3 else (vocab - 1, int(rng.integers(1, vocab - 1))),
+        forced_eos_token_id=0 if seed % 2 else None,
+    )
     cur_len = int(rng.integers(1, 10))
     logits = (rng.standard_normal((batch * beams, vocab)) * 2).astype(np.float32)
     if seed % 3 == 0:
@@ -65,12 +75,19 @@ def test_forced_eos_step_ranks_without_scoring_equal_to_scoring_every_continuati
     rng = np.random.default_rng(seed)
     batch, beams, vocab = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.choice([300, 65001]))
     eos = int(rng.choice([0, 3, vocab - 2]))
-    s = GenerationSettings(decoder_start_token_id=vocab - 1, eos_token_id=eos, pad_token_id=vocab - 1, num_beams=beams,
-                           max_length=8, min_length=int(rng.integers(0, 9)), bad_token_ids=(vocab - 1,),
-                           forced_eos_token_id=eos)
+    s = GenerationSettings(
+        decoder_start_token_id=vocab - 1,
+        eos_token_id=eos,
+        pad_token_id=vocab - 1,
+        num_beams=beams,
+        max_length=8,
+        min_length=int(rng.integers(0, 9)),
+        bad_token_ids=(vocab - 1,),
+        forced_eos_token_id=eos,
+    )
     logits = (rng.standard_normal((batch * beams, vocab)) * 2).astype(np.float32)
     running = (rng.standard_normal((batch, beams)) * 3).astype(np.float32)
-    running[:, int(rng.integers(0, beams)):] = NEG if seed % 2 else running[:, :1]  # start scores / exact ties
+    running[:, int(rng.integers(0, beams)) :] = NEG if seed % 2 else running[:, :1]  # start scores / exact ties
     expected = reference_candidates(logits.copy(), running, s.max_length - 1, s, 2 * beams)
     got = decoding._candidates(logits.copy(), running, s.max_length - 1, s, np.empty_like(logits), 2 * beams)
     np.testing.assert_array_equal(got[0], expected[0])
@@ -92,9 +109,20 @@ class RandomRun:
 
 @pytest.mark.parametrize("early_stopping", [False, True])
 def test_beam_search_with_and_without_screening_chooses_the_same_tokens(early_stopping):
-    s = GenerationSettings(decoder_start_token_id=9999, eos_token_id=0, pad_token_id=9999, num_beams=4, max_length=12,
-                           min_length=3, bad_token_ids=(9999,), forced_eos_token_id=0, early_stopping=early_stopping)
+    s = GenerationSettings(
+        decoder_start_token_id=9999,
+        eos_token_id=0,
+        pad_token_id=9999,
+        num_beams=4,
+        max_length=12,
+        min_length=3,
+        bad_token_ids=(9999,),
+        forced_eos_token_id=0,
+        early_stopping=early_stopping,
+    )
     for seed in range(5):
         screened = decoding.beam_search(RandomRun(12, 10000, seed), 3, s)
-        full = decoding.beam_search(RandomRun(12, 10000, seed), 3, GenerationSettings(**{**s.__dict__, "screen_candidates": False}))
+        full = decoding.beam_search(
+            RandomRun(12, 10000, seed), 3, GenerationSettings(**{**s.__dict__, "screen_candidates": False})
+        )
         assert screened == full

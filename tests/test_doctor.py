@@ -11,7 +11,10 @@ import pytest
 from onnx import helper
 
 from conftest import REPO, mtonnx_cmd
-from mtonnx import doctor, export, pitfalls, quantize
+from mtonnx.check import doctor, pitfalls
+from mtonnx.export.manual import export_manual, load_for_export
+from mtonnx.variants.build import build_variant
+from mtonnx.variants.transforms import dynamic_int8, naive_int8
 
 
 def failures(rows) -> dict[str, str]:
@@ -29,14 +32,14 @@ def broken(hand_export, tmp_path):
 def test_project_exports_pass(tiny_dir, hand_export, optimum_dir, tmp_path):
     assert failures(doctor.diagnose(tiny_dir, hand_export)) == {}
     assert failures(doctor.diagnose(tiny_dir, optimum_dir)) == {}
-    quantize.build_variant("int8", hand_export, tmp_path / "int8", quantize.dynamic_int8(), {})
+    build_variant("int8", hand_export, tmp_path / "int8", dynamic_int8(), {})
     rows = doctor.diagnose(tiny_dir, tmp_path / "int8")
     assert failures(rows) == {}
     assert {r["check"]: r["status"] for r in rows}["int8: integer lm_head, no per-step dequantize"] == "ok"
 
 
 def test_static_axes_are_flagged(tiny_dir, broken):
-    pitfalls.static_axes(export.load_for_export(tiny_dir), broken / "work", exporter="torchscript")
+    pitfalls.static_axes(load_for_export(tiny_dir), broken / "work", exporter="torchscript")
     shutil.copy(broken / "work" / "encoder_static.onnx", broken / "encoder_model.onnx")
     found = failures(doctor.diagnose(tiny_dir, broken))
     assert "fixed at [2, 7]" in found["input names, dtypes, dynamic dims"]
@@ -64,8 +67,8 @@ def test_wrong_start_token_is_flagged(tiny_dir, broken):
 
 def test_naive_int8_is_flagged(tiny_dir, tmp_path):
     source = tmp_path / "dynamo"
-    export.export_manual(tiny_dir, source, exporter="dynamo")
-    quantize.build_variant("int8-naive", source, tmp_path / "naive", quantize.naive_int8, {})
+    export_manual(tiny_dir, source, exporter="dynamo")
+    build_variant("int8-naive", source, tmp_path / "naive", naive_int8, {})
     found = failures(doctor.diagnose(tiny_dir, tmp_path / "naive"))
     assert "lm_head MatMul is fp32" in found["int8: integer lm_head, no per-step dequantize"]
 
@@ -74,8 +77,13 @@ def test_mismatched_vocab_is_flagged_and_the_cli_exits_1_with_json(tiny_dir, bro
     vocab = json.loads((broken / "vocab.json").read_text())
     vocab["<extra>"] = len(vocab)
     (broken / "vocab.json").write_text(json.dumps(vocab))
-    done = subprocess.run(mtonnx_cmd("doctor", "--model-dir", str(tiny_dir), "--onnx-dir", str(broken), "--json"),
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = subprocess.run(
+        mtonnx_cmd("doctor", "--model-dir", str(tiny_dir), "--onnx-dir", str(broken), "--json"),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
     assert done.returncode == 1
     rows = json.loads(done.stdout)
     assert "entries but the model's logits have" in failures(rows)["tokenizer vocab = logits size"]

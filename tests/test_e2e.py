@@ -9,27 +9,53 @@ import nbformat
 import pytest
 
 from conftest import REPO, cli_env, mtonnx_cmd
-from mtonnx.report import flatten
+from mtonnx.report.record import flatten
+from mtonnx.runtime import layout
 
 pytestmark = pytest.mark.e2e
-EXPECTED_METRICS = ("inspect.params_total", "inspect.bleu_greedy", "inspect.bleu_beam",
-                    "manual_export.greedy_token_match", "manual_export.parity_pass",
-                    "optimum_export.greedy_token_match", "optimum_export.beam_token_match", "optimum_export.duplicated_mb",
-                    "graphview.rendered", "runtime.greedy_token_match", "runtime.beam_token_match",
-                    "runtime.cache_speedup_16", "runtime.vs_generate_b1_16", "quant.recommended",
-                    "quant.fp32.size_mb", "quant.int8.p50_ms_b1", "quant.int8-naive.gated", "quant.fp16.bleu",
-                    "pitfalls.reproduced", "doctor.manual.failures", "doctor.optimum.failures",
-                    "bench.ratio.int8_vs_pt_fp32_b1", "bench.ratio_per_repetition.int8_vs_ct2_int8_b1.median",
-                    "bench.mtonnx-int8.rss_mb", "bench.ct2-int8.rss_mb")
-EXPORTED = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "translation_step.onnx")
+EXPECTED_METRICS = (
+    "inspect.params_total",
+    "inspect.bleu_greedy",
+    "inspect.bleu_beam",
+    "manual_export.greedy_token_match",
+    "manual_export.parity_pass",
+    "optimum_export.greedy_token_match",
+    "optimum_export.beam_token_match",
+    "optimum_export.duplicated_mb",
+    "graphview.rendered",
+    "runtime.greedy_token_match",
+    "runtime.beam_token_match",
+    "runtime.cache_speedup",
+    "runtime.vs_generate_b1",
+    "quant.recommended",
+    "quant.fp32.size_mb",
+    "quant.int8.p50_ms_b1",
+    "quant.int8-naive.gated",
+    "quant.fp16.bleu",
+    "pitfalls.reproduced",
+    "doctor.manual.failures",
+    "doctor.optimum.failures",
+    "bench.ratio.int8_vs_pt_fp32_b1",
+    "bench.ratio_per_repetition.int8_vs_ct2_int8_b1.median",
+    "bench.rss_mb.mtonnx-int8",
+    "bench.rss_mb.ct2-int8",
+    "bench.bound_fraction_b1",
+)
+EXPORTED = layout.HAND_EXPORT
 ENV_KEYS = ("python", "packages", "onnxruntime_providers", "cpu", "git", "params", "params_hash")
 
 
 @pytest.fixture(scope="module")
 def ci_run(tmp_path_factory, models_dir):
     out = tmp_path_factory.mktemp("ci-run")
-    done = subprocess.run(mtonnx_cmd("run", "--params", "params/ci.yaml", "--out", str(out)),
-                          capture_output=True, text=True, env=cli_env(models_dir), cwd=REPO, timeout=900)
+    done = subprocess.run(
+        mtonnx_cmd("run", "--params", "params/ci.yaml", "--out", str(out)),
+        capture_output=True,
+        text=True,
+        env=cli_env(models_dir),
+        cwd=REPO,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done
 
@@ -60,9 +86,14 @@ def test_metrics_env_and_index(ci_run):
         assert metrics[f"manual_export.size_mb.{file}"] > 0
         assert (out / "export_manual" / file).is_file()
     assert metrics["manual_export.static_axes_error_caught"] is True
-    for key in ("optimum_export.greedy_token_match", "optimum_export.beam_token_match",
-                "optimum_export.merged_beam_token_match", "runtime.greedy_token_match", "runtime.beam_token_match",
-                "runtime.cached_equals_no_cache"):
+    for key in (
+        "optimum_export.greedy_token_match",
+        "optimum_export.beam_token_match",
+        "optimum_export.merged_beam_token_match",
+        "runtime.greedy_token_match",
+        "runtime.beam_token_match",
+        "runtime.cached_equals_no_cache",
+    ):
         assert metrics[key] == 1.0, key
     assert metrics["runtime.runtime_imports_torch"] is False
     assert metrics["quant.naive_dequantizes_embedding"] is True
@@ -71,7 +102,9 @@ def test_metrics_env_and_index(ci_run):
     assert metrics["doctor.int8.failures"] == 0 and metrics["doctor.int8-naive.failures"] == 1
     assert metrics["pitfalls.reproduced"] >= 12
     assert metrics["quant.recommended"] in {k.split(".")[1] for k in metrics if k.startswith("quant.")}
-    assert len(metrics["graphview.rendered"]) == 8 and all((out / p).stat().st_size > 10_000 for p in metrics["graphview.rendered"])
+    assert len(metrics["graphview.rendered"]) == 8 and all(
+        (out / p).stat().st_size > 10_000 for p in metrics["graphview.rendered"]
+    )
     env = json.loads((out / "env.json").read_text())
     for key in ENV_KEYS:
         assert key in env, key
@@ -79,7 +112,9 @@ def test_metrics_env_and_index(ci_run):
     assert "CPUExecutionProvider" in env["onnxruntime_providers"]
     index = (out / "index.html").read_text()
     assert "notebooks/01_inspect_model.html" in index and "inspect.bleu_beam" in index
-    assert "figures/inspect_parameters.png" in index and (out / "figures" / "inspect_parameters.png").stat().st_size > 5000
+    assert (
+        "figures/inspect_parameters.png" in index and (out / "figures" / "inspect_parameters.png").stat().st_size > 5000
+    )
     assert "CC-BY-SA-4.0" in index
 
 

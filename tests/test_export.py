@@ -8,23 +8,27 @@ import json
 
 import pytest
 
-from mtonnx import data, evaluate, export, pitfalls, validate
+from mtonnx import data
+from mtonnx.check import parity, pitfalls
+from mtonnx.export import manual as export
+from mtonnx.measure.quality import translate_generate
+from mtonnx.runtime import layout
 
-FILES = ["encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "translation_step.onnx"]
+FILES = list(layout.HAND_EXPORT)
 
 
 @pytest.fixture(scope="module", params=["dynamo", "torchscript"])
 def exported(request):
     out = request.getfixturevalue({"dynamo": "dynamo_export", "torchscript": "hand_export"}[request.param])
-    return out, json.loads((out / export.MANIFEST).read_text())  # the session's shared exports (conftest)
+    return out, json.loads((out / layout.EXPORT_MANIFEST).read_text())  # the session's shared exports (conftest)
 
 
 def test_every_file_matches_pytorch_within_1e4_at_unseen_shapes(exported, tiny):
     out, _ = exported
-    result = validate.parity(tiny[0], out, tolerance=1e-4)
+    result = parity.file_parity(tiny[0], out, tolerance=1e-4)
     assert sorted(result["files"]) == sorted(FILES)
     for file, entry in result["files"].items():
-        assert len(entry["cases"]) == len(validate.CASES) >= 3
+        assert len(entry["cases"]) == len(parity.CASES) >= 3
         for case, c in entry["cases"].items():
             assert c["max_abs_diff"] <= 1e-4, (file, case, c)
     assert result["pass"]
@@ -33,10 +37,10 @@ def test_every_file_matches_pytorch_within_1e4_at_unseen_shapes(exported, tiny):
 def test_parity_catches_a_decoder_exported_without_final_logits_bias(tiny_dir, tiny, tmp_path):
     broken = export.load_for_export(tiny_dir)
     broken.final_logits_bias.zero_()
-    export.export_model(broken, tmp_path / "out", exporter="torchscript", files=["decoder_model.onnx"])
-    result = validate.parity(tiny[0], tmp_path / "out", tolerance=1e-4)
+    export.export_model(broken, tmp_path / "out", exporter="torchscript", files=[layout.DECODER])
+    result = parity.file_parity(tiny[0], tmp_path / "out", tolerance=1e-4)
     assert not result["pass"]
-    worst = result["files"]["decoder_model.onnx"]["cases"]["b1 src5 tgt1 past1"]
+    worst = result["files"][layout.DECODER]["cases"]["b1 src5 tgt1 past1"]
     assert worst["worst_output"] == "logits" and worst["max_abs_diff"] > 0.1
 
 
@@ -45,30 +49,43 @@ def test_greedy_over_the_files_is_token_exact_with_generate(exported, tiny):
     model, tokenizer = tiny
     pairs = data.eval_set({"hsk_size": 8, "techdocs_size": 4, "eval_split": "test"})
     sources = [p.en for p in pairs]
-    reference = evaluate.translate_generate(model, tokenizer, sources, num_beams=1, max_new_tokens=20, batch_size=4,
-                                         progress=False)
-    result = validate.greedy_match(out, tokenizer, sources, reference["token_ids"],
-                                   generation_config=model.generation_config, max_new_tokens=20, batch_size=5,
-                                   layers=model.config.decoder_layers)
+    reference = translate_generate(
+        model, tokenizer, sources, num_beams=1, max_new_tokens=20, batch_size=4, progress=False
+    )
+    result = parity.greedy_match(
+        out,
+        tokenizer,
+        sources,
+        reference["token_ids"],
+        generation_config=model.generation_config,
+        max_new_tokens=20,
+        batch_size=5,
+        layers=model.config.decoder_layers,
+    )
     assert result["match"] == 1.0, result["mismatches"]
 
 
 def test_manifest_equals_session_io_and_records_provenance(exported, tiny):
     out, manifest = exported
     assert sorted(manifest["files"]) == sorted(FILES)
-    assert json.loads((out / export.MANIFEST).read_text()) == manifest
-    rows = validate.check_files(out)
+    assert json.loads((out / layout.EXPORT_MANIFEST).read_text()) == manifest
+    rows = parity.check_files(out)
     assert all(r["session I/O == manifest"] for r in rows)
     config = json.dumps(tiny[0].config.to_dict(), sort_keys=True, default=str)
     assert manifest["config_sha256"] == hashlib.sha256(config.encode()).hexdigest()
     assert manifest["opset"] == 18 and manifest["versions"]["torch"].startswith("2.13")
-    past = {i["name"]: i for i in manifest["files"]["decoder_with_past_model.onnx"]["inputs"]}
+    past = {i["name"]: i for i in manifest["files"][layout.DECODER_WITH_PAST]["inputs"]}
     assert past["input_ids"] == {"name": "input_ids", "dtype": "int64", "shape": ["batch_size", 1]}
     assert past["past_key_values.1.decoder.key"]["shape"][2] == "past_decoder_sequence_length"
     assert past["past_key_values.1.encoder.value"]["shape"][2] == "encoder_sequence_length"
-    outputs = [o["name"] for o in manifest["files"]["decoder_model.onnx"]["outputs"]]
-    assert outputs[:5] == ["logits", "present.0.decoder.key", "present.0.decoder.value", "present.0.encoder.key",
-                           "present.0.encoder.value"]
+    outputs = [o["name"] for o in manifest["files"][layout.DECODER]["outputs"]]
+    assert outputs[:5] == [
+        "logits",
+        "present.0.decoder.key",
+        "present.0.decoder.value",
+        "present.0.encoder.key",
+        "present.0.encoder.value",
+    ]
 
 
 def test_training_mode_is_refused(tiny_dir, tmp_path):
@@ -78,11 +95,14 @@ def test_training_mode_is_refused(tiny_dir, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize(("exporter", "opset", "message"), [
-    ("onnxruntime", 18, "unknown exporter 'onnxruntime'; choose one of torchscript, dynamo"),
-    ("dynamo", 14, "opset 14 is out of range for the dynamo exporter (18..23)"),
-    ("torchscript", 21, "opset 21 is out of range for the torchscript exporter (14..20)"),
-])
+@pytest.mark.parametrize(
+    ("exporter", "opset", "message"),
+    [
+        ("onnxruntime", 18, "unknown exporter 'onnxruntime'; choose one of torchscript, dynamo"),
+        ("dynamo", 14, "opset 14 is out of range for the dynamo exporter (18..23)"),
+        ("torchscript", 21, "opset 21 is out of range for the torchscript exporter (14..20)"),
+    ],
+)
 def test_bad_exporter_or_opset_is_a_clear_error(tiny_dir, tmp_path, exporter, opset, message):
     with pytest.raises(export.ExportError) as err:
         export.export_manual(tiny_dir, tmp_path / "out", exporter=exporter, opset=opset)

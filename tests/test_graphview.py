@@ -10,7 +10,9 @@ import psutil
 import pytest
 from PIL import Image
 
-from mtonnx import export, graphview
+from mtonnx.export.manual import export_manual
+from mtonnx.report import graphview
+from mtonnx.runtime import layout
 
 if graphview.find_chromium() is None:
     if os.environ.get("CI"):
@@ -21,15 +23,15 @@ if graphview.find_chromium() is None:
 @pytest.fixture(scope="module")
 def encoder(tiny_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("graph")
-    export.export_manual(tiny_dir, out / "export", exporter="torchscript", files=["encoder_model.onnx"])
-    return out / "export" / "encoder_model.onnx"
+    export_manual(tiny_dir, out / "export", exporter="torchscript", files=[layout.ENCODER])
+    return out / "export" / layout.ENCODER
 
 
 def browser_processes() -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         command = " ".join(process.info["cmdline"] or [])
-        if "chromium" in command.split(" ")[0] or "mtonnx.graphview" in command:
+        if "chromium" in command.split(" ")[0] or "mtonnx.report.graphview" in command:
             found.append(process)
     return found
 
@@ -47,7 +49,7 @@ def test_renders_png_and_svg_with_real_content(encoder, tmp_path):
     assert_real_picture(tmp_path / "encoder_model.png")
     svg = (tmp_path / "encoder_model.svg").read_text()
     assert svg.startswith("<svg") or "<svg" in svg[:500]
-    assert svg.count("class=\"node") > 20
+    assert svg.count('class="node') > 20
     assert browser_processes() == before  # no netron or Chromium outlives the render
 
 

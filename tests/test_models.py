@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import REPO, cli_env, mtonnx_cmd
-from mtonnx import models
+from mtonnx.sources import models
 
 REAL_CONFIG = Path(__file__).parent / "data" / "opus-mt-en-zh" / "config.json"
 # Fields of the 2020 conversion that today's MarianConfig no longer reads.
@@ -78,8 +78,10 @@ def test_interrupted_build_leaves_nothing_behind(tmp_path, monkeypatch):
 def test_opus_shape_matches_the_real_config_field_by_field(models_dir):
     directory, _ = models.build("opus-shape", models_dir)
     real = json.loads(REAL_CONFIG.read_text())
-    built = {**json.loads((directory / "config.json").read_text()),
-             **json.loads((directory / "generation_config.json").read_text())}
+    built = {
+        **json.loads((directory / "config.json").read_text()),
+        **json.loads((directory / "generation_config.json").read_text()),
+    }
     from transformers import GenerationConfig, MarianConfig
 
     defaults = MarianConfig().to_dict()  # fields the built file leaves implicit take the library default
@@ -99,12 +101,27 @@ def test_local_directory_missing_files_is_a_clear_error(tmp_path):
 def test_unreachable_hub_is_one_clear_error(tmp_path, models_dir):
     params = tmp_path / "real.yaml"
     params.write_text("model:\n  name: Helsinki-NLP/opus-mt-en-zh\n  source_prefix: '>>cmn_Hans<<'\n")
-    env = cli_env(models_dir, HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT="http://127.0.0.1:9", HF_HUB_ETAG_TIMEOUT="5")
-    done = subprocess.run(mtonnx_cmd("run", "--params", str(params), "--out", str(tmp_path / "out")),
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    env = cli_env(
+        models_dir,
+        HF_HOME=str(tmp_path / "hf"),
+        HF_ENDPOINT="http://127.0.0.1:9",
+        HF_HUB_ETAG_TIMEOUT="5",
+        MTONNX_PROJECT_ROOT=str(REPO),
+    )  # the params file lives outside the checkout
+    done = subprocess.run(
+        mtonnx_cmd("run", "--params", str(params), "--out", str(tmp_path / "out")),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("mtonnx: error:")]
     assert len(errors) == 1
-    assert "'Helsinki-NLP/opus-mt-en-zh' is not in the local Hugging Face cache and the hub could not be reached" in errors[0]
+    assert (
+        "'Helsinki-NLP/opus-mt-en-zh' is not in the local Hugging Face cache and the hub could not be reached"
+        in errors[0]
+    )
     assert "set `model.path`" in errors[0]
     assert "Traceback" not in done.stderr

@@ -82,6 +82,8 @@ def test_cli_rejects_misspelled_key_fast_without_heavy_imports(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [f"mtonnx: error: {path}: unknown key 'model.nmae' (did you mean 'name'?)"]
+    assert done.stderr.strip().splitlines() == [
+        f"mtonnx: error: {path}: unknown key 'model.nmae' (did you mean 'name'?)"
+    ]
     assert "heavy: []" in done.stdout
     assert elapsed < 2.0

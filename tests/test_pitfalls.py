@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from mtonnx import data, export, pitfalls
-from mtonnx.runtime import Translator
+from mtonnx import data
+from mtonnx.check import pitfalls
+from mtonnx.export.manual import export_model, load_for_export
+from mtonnx.runtime import Translator, layout
 
 SENTENCES = [p.en for p in data.eval_set({"hsk_size": 8, "techdocs_size": 4, "eval_split": "test"})]
 
@@ -18,11 +20,12 @@ def test_wrong_start_token_changes_the_output(hand_export):
 
 
 def test_unbanned_pad_is_emitted(tiny_dir, tmp_path):
-    model = export.load_for_export(tiny_dir)
+    model = load_for_export(tiny_dir)
     with torch.no_grad():
         model.final_logits_bias[0, model.config.pad_token_id] += 12.0  # a model that likes pad, as trained ones may
-    export.export_model(model, tmp_path / "pad-loving", exporter="torchscript", source_dir=tiny_dir,
-                        files=["encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"])
+    export_model(
+        model, tmp_path / "pad-loving", exporter="torchscript", source_dir=tiny_dir, files=list(layout.VARIANT_FILES)
+    )
     result = pitfalls.compare_settings(Translator(tmp_path / "pad-loving"), SENTENCES, bad_token_ids=())
     assert result["pad_chosen_wrong"] > 0 and result["pad_chosen_right"] == 0
 

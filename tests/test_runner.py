@@ -11,14 +11,16 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import REPO, cli_env, mtonnx_cmd
-from mtonnx import runner
+from mtonnx.report import runner
 
 PARAMS = '# parameters\nparams_path = ""\nrun_dir = ""\nmodels_dir = ""'
 
 
 def write_notebook(path: Path, *sources: str) -> None:
     cells = [new_code_cell(PARAMS, metadata={"tags": ["parameters"]})] + [new_code_cell(s) for s in sources]
-    notebook = new_notebook(cells=cells, metadata={"kernelspec": {"name": "mtonnx", "display_name": "mtonnx", "language": "python"}})
+    notebook = new_notebook(
+        cells=cells, metadata={"kernelspec": {"name": "mtonnx", "display_name": "mtonnx", "language": "python"}}
+    )
     nbformat.write(notebook, path)
 
 
@@ -28,19 +30,29 @@ def notebooks(tmp_path) -> Path:
     folder.mkdir()
     write_notebook(folder / "01_ok.ipynb", "from mtonnx import report\nreport.record(run_dir, 'first', {'answer': 42})")
     write_notebook(folder / "02_boom.ipynb", "x = 1", "raise ValueError('boom at step two')")
-    write_notebook(folder / "03_never.ipynb", "from mtonnx import report\nreport.record(run_dir, 'third', {'ran': True})")
+    write_notebook(
+        folder / "03_never.ipynb", "from mtonnx import report\nreport.record(run_dir, 'third', {'ran': True})"
+    )
     return folder
 
 
 def test_failing_notebook_is_named_with_its_cell_and_the_run_exits_nonzero(tmp_path, notebooks, models_dir):
     out = tmp_path / "run"
     done = subprocess.run(
-        mtonnx_cmd("run", "--params", str(REPO / "params" / "ci.yaml"), "--out", str(out), "--notebooks", str(notebooks)),
-        capture_output=True, text=True, env=cli_env(models_dir), cwd=tmp_path, timeout=300,
+        mtonnx_cmd(
+            "run", "--params", str(REPO / "params" / "ci.yaml"), "--out", str(out), "--notebooks", str(notebooks)
+        ),
+        capture_output=True,
+        text=True,
+        env=cli_env(models_dir),
+        cwd=tmp_path,
+        timeout=300,
     )
     assert done.returncode == 1
     error = done.stderr.strip().splitlines()[-1]
-    assert error.startswith("mtonnx: error: 02_boom.ipynb failed at cell In[4] (`raise ValueError('boom at step two')`)")
+    assert error.startswith(
+        "mtonnx: error: 02_boom.ipynb failed at cell In[4] (`raise ValueError('boom at step two')`)"
+    )
     assert "ValueError: boom at step two" in error
     kept = nbformat.read(out / "notebooks" / "02_boom.ipynb", as_version=4)
     assert any(o.get("ename") == "ValueError" for c in kept.cells if c.cell_type == "code" for o in c.outputs)
@@ -48,6 +60,35 @@ def test_failing_notebook_is_named_with_its_cell_and_the_run_exits_nonzero(tmp_p
     assert json.loads((out / "metrics.json").read_text()) == {"first": {"answer": 42}}
     index = (out / "index.html").read_text()
     assert "failed" in index and "notebooks/02_boom.html" in index
+
+
+def test_a_params_file_outside_the_project_says_which_root_is_missing(tmp_path, models_dir):
+    params = tmp_path / "elsewhere.yaml"
+    params.write_text("model:\n  name: tiny\n")
+    env = {k: v for k, v in cli_env(models_dir).items() if k != "MTONNX_PROJECT_ROOT"}
+    done = subprocess.run(
+        mtonnx_cmd("run", "--params", str(params), "--out", str(tmp_path / "out")),
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"mtonnx: error: {tmp_path.parent / 'notebooks'} does not exist: the project root ({tmp_path.parent}) must be "
+        "the checkout that holds notebooks/ and models/; set `project_root` in the params file (relative to it) or "
+        "$MTONNX_PROJECT_ROOT, or pass --notebooks"
+    )
+    ok = subprocess.run(
+        mtonnx_cmd("run", "--params", str(params), "--out", str(tmp_path / "out"), "--only", "99"),
+        capture_output=True,
+        text=True,
+        env={**env, "MTONNX_PROJECT_ROOT": str(REPO)},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert "--only 99: no such notebook" in ok.stderr  # with the root given, the project's notebooks are found
 
 
 def test_only_selects_notebooks_by_number(notebooks):

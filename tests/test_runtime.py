@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO, mtonnx_cmd
-from mtonnx import data, validate
+from mtonnx import data
+from mtonnx.check.parity import runtime_parity
 from mtonnx.runtime import MarianSpmTokenizer, ModelDirError, Translator
 from mtonnx.runtime.textio import split_sentences
 
@@ -22,8 +23,11 @@ SOURCES = [p.en for p in data.eval_set({"hsk_size": 16, "techdocs_size": 8, "eva
 
 @pytest.fixture(scope="module")
 def layouts(hand_export, optimum_dir):
-    return {"hand": Translator(hand_export), "optimum-split": Translator(optimum_dir, decoder="split"),
-            "optimum-merged": Translator(optimum_dir, decoder="merged")}
+    return {
+        "hand": Translator(hand_export),
+        "optimum-split": Translator(optimum_dir, decoder="split"),
+        "optimum-merged": Translator(optimum_dir, decoder="merged"),
+    }
 
 
 @pytest.mark.parametrize("layout", ["hand", "optimum-split", "optimum-merged"])
@@ -31,8 +35,9 @@ def layouts(hand_export, optimum_dir):
 @pytest.mark.parametrize("batch_size", [1, 8])
 def test_token_identical_with_generate(layouts, tiny, layout, beams, batch_size):
     model, tokenizer = tiny
-    result = validate.runtime_parity(layouts[layout], model, tokenizer, SOURCES, num_beams=beams,
-                                     batch_size=batch_size, max_new_tokens=30)
+    result = runtime_parity(
+        layouts[layout], model, tokenizer, SOURCES, num_beams=beams, batch_size=batch_size, max_new_tokens=30
+    )
     assert result["match"] == 1.0, result["mismatches"]
 
 
@@ -48,8 +53,9 @@ def test_cached_loop_equals_no_cache_loop(hand_export, layouts):
     no_cache = Translator(hand_export, decoder="no-cache")
     ids, mask = no_cache.tokenizer.batch(SOURCES[:10])
     for beams in (1, 4):
-        assert no_cache.generate(ids, mask, num_beams=beams, max_new_tokens=20) == \
-            layouts["hand"].generate(ids, mask, num_beams=beams, max_new_tokens=20)
+        assert no_cache.generate(ids, mask, num_beams=beams, max_new_tokens=20) == layouts["hand"].generate(
+            ids, mask, num_beams=beams, max_new_tokens=20
+        )
 
 
 def test_tokenizer_matches_marian_tokenizer(hand_export, tiny):
@@ -122,9 +128,15 @@ def test_cli_round_trip_keeps_order_empty_lines_and_prints_progress_to_stderr(ha
     lines = ["Hello, teacher!", "", "Run the command. Then restart the server.", "", "", "He wears a suit."]
     source = tmp_path / "in.txt"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    done = subprocess.run(mtonnx_cmd("translate", "--model-dir", str(hand_export), "-i", str(source),
-                                     "--beams", "2", "--max-new-tokens", "10"),
-                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        mtonnx_cmd(
+            "translate", "--model-dir", str(hand_export), "-i", str(source), "--beams", "2", "--max-new-tokens", "10"
+        ),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout.split("\n")
     assert out[-1] == "" and len(out) - 1 == len(lines)
@@ -134,9 +146,25 @@ def test_cli_round_trip_keeps_order_empty_lines_and_prints_progress_to_stderr(ha
         assert translated == expected, line
     assert "translating" in done.stderr and "translating" not in done.stdout
     written = tmp_path / "out.txt"
-    again = subprocess.run(mtonnx_cmd("translate", "--model-dir", str(hand_export), "-i", str(source), "-o",
-                                      str(written), "--beams", "2", "--max-new-tokens", "10"),
-                           capture_output=True, text=True, cwd=REPO, timeout=120)
+    again = subprocess.run(
+        mtonnx_cmd(
+            "translate",
+            "--model-dir",
+            str(hand_export),
+            "-i",
+            str(source),
+            "-o",
+            str(written),
+            "--beams",
+            "2",
+            "--max-new-tokens",
+            "10",
+        ),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert again.returncode == 0 and again.stdout == "" and written.read_text(encoding="utf-8") == done.stdout
 
 
@@ -158,33 +186,48 @@ def test_bad_model_dirs_are_clear_errors(hand_export, tmp_path, models_dir):
     (mismatched / "vocab.json").write_text(json.dumps(vocab))
     with pytest.raises(ModelDirError, match=r"vocab.json has \d+ entries but the model's logits have \d+"):
         Translator(mismatched)
-    done = subprocess.run(mtonnx_cmd("translate", "--model-dir", str(mismatched)), input="Hello.\n",
-                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    done = subprocess.run(
+        mtonnx_cmd("translate", "--model-dir", str(mismatched)),
+        input="Hello.\n",
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stderr.startswith("mtonnx: error: ") and "Traceback" not in done.stderr
 
 
-@pytest.mark.parametrize("rows", [[0, 1, 2, 3, 4, 5, 6, 7], [0, 0, 2, 3, 4, 5, 7, 7], [1, 0, 3, 2, 5, 4, 7, 6],
-                                  [3, 3, 3, 3, 4, 4, 4, 4], [1, 2, 2, 3, 4, 5, 6, 7]])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [0, 1, 2, 3, 4, 5, 6, 7],
+        [0, 0, 2, 3, 4, 5, 7, 7],
+        [1, 0, 3, 2, 5, 4, 7, 6],
+        [3, 3, 3, 3, 4, 4, 4, 4],
+        [1, 2, 2, 3, 4, 5, 6, 7],
+    ],
+)
 def test_beam_reorder_in_place_equals_a_full_gather(rows):
     """The cache reorder copies only moved rows, in place; the result must equal gathering every row, for the
     exported caches and for the tuned step's time-major key buffer (rows on its second axis)."""
-    from mtonnx.runtime.sessions import _CachedRun, _TimeMajorKeys
+    from mtonnx.runtime.cache import KVCache, TimeMajorKeys
+    from mtonnx.runtime.decoders import CachedRun
 
     rng = np.random.default_rng(0)
-    cache = [rng.standard_normal((8, 2, 5, 4)).astype(np.float32) for _ in range(4)]
-    run = _CachedRun(None, None, None)
-    run.self_kv = [kv.copy() for kv in cache]
+    keys, values = ([rng.standard_normal((8, 2, 5, 4)).astype(np.float32) for _ in range(2)] for _ in range(2))
+    run = CachedRun(None, None, None)
+    run.cache = KVCache([k.copy() for k in keys], [v.copy() for v in values], [], [])
     run.reorder(np.array(rows))
-    for got, kv in zip(run.self_kv, cache):
+    for got, kv in zip(run.cache.self_keys + run.cache.self_values, keys + values):
         assert np.array_equal(got, kv[rows])
-    run = _CachedRun(None, None, None)
-    run.keys = _TimeMajorKeys(layers=2, rows=8, heads=2, head_dim=4, capacity=4)
+    run = CachedRun(None, None, None)
+    run.keys = TimeMajorKeys(layers=2, rows=8, heads=2, head_dim=4, capacity=4)
     for _ in range(5):  # past the capacity: the buffer doubles
-        run.keys.append([kv[:, :, :1] for kv in cache[0::2]])
-    keys = [k.copy() for k in run.keys.buffers]
-    run.self_kv = [kv.copy() for kv in cache]
+        run.keys.append([k[:, :, :1] for k in keys])
+    before = [k.copy() for k in run.keys.buffers]
+    run.cache = KVCache([k.copy() for k in keys], [v.copy() for v in values], [], [])
     run.reorder(np.array(rows))
-    for got, kv in zip(run.self_kv[1::2], cache[1::2]):
+    for got, kv in zip(run.cache.self_values, values):
         assert np.array_equal(got, kv[rows])
-    for got, kv in zip(run.keys.buffers, keys):
-        assert np.array_equal(run.keys.past(0), run.keys.buffers[0][:5]) and np.array_equal(got[:5], kv[:5, rows])
+    for got, kv in zip(run.keys.buffers, before):
+        assert np.array_equal(run.keys.pasts()[0], run.keys.buffers[0][:5]) and np.array_equal(got[:5], kv[:5, rows])

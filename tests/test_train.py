@@ -10,7 +10,8 @@ import re
 import pytest
 
 from conftest import REPO
-from mtonnx import data, models, train
+from mtonnx import data
+from mtonnx.sources import models, train
 
 COMMITTED = REPO / "models" / "hsk-enzh"
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -19,13 +20,22 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 def test_recipe_trains_a_few_steps_end_to_end(tmp_path):
     recipe = copy.deepcopy(train.RECIPE)
     recipe["eval"].update(dev_sentences=4, max_new_tokens=6)
-    report = train.train(tmp_path / "model", recipe, budget_minutes=5, max_steps=3, max_pairs=48,
-                         test_sentences=4, progress=False)
+    report = train.train(
+        tmp_path / "model", recipe, budget_minutes=5, max_steps=3, max_pairs=48, test_sentences=4, progress=False
+    )
     assert report["steps"] == 3 and report["history"][-1]["step"] == 3
     assert report["recipe_hash"] == train.recipe_hash(recipe) != train.recipe_hash(train.RECIPE)
     directory = tmp_path / "model"
-    for name in ("config.json", "generation_config.json", "model.safetensors", "source.spm", "target.spm",
-                 "vocab.json", "README.md", "training_report.json"):
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "source.spm",
+        "target.spm",
+        "vocab.json",
+        "README.md",
+        "training_report.json",
+    ):
         assert (directory / name).is_file(), name
     assert [p.name for p in tmp_path.iterdir()] == ["model"]  # the temp dir was moved, nothing left behind
     model, tokenizer = models.load_pretrained(directory)
@@ -39,8 +49,9 @@ def test_lexicon_uses_train_sentences_only_and_feeds_the_baseline():
     table = dict(pairs)
     assert train.gloss_baseline(["The teacher"], 3) == [table.get("the", "") + table["teacher"]]
     train_pairs = train.training_pairs(train.RECIPE)
-    held_out = {p.en for split in ("dev", "test") for p in data.hsk_split(split)} - \
-        {p.en for p in data.hsk_split("train")}
+    held_out = {p.en for split in ("dev", "test") for p in data.hsk_split(split)} - {
+        p.en for p in data.hsk_split("train")
+    }
     assert not held_out & {en for en, _ in train_pairs}
 
 
@@ -62,11 +73,13 @@ def test_default_params_use_the_trained_model():
 
     params = load(REPO / "params" / "default.yaml")
     assert params["model"]["name"] == "hsk-enzh"
-    assert models.resolve(params["model"], REPO / "outputs" / "models")["source"] == "trained"
+    assert models.resolve(params["model"], REPO / "outputs" / "models", params["_root"])["source"] == "trained"
+    assert params["_root"] == str(REPO)
 
 
 @pytest.mark.parametrize("name", ["hsk-enzh"])
-def test_missing_trained_model_names_the_fix(name, monkeypatch, tmp_path):
-    monkeypatch.setattr(models, "TRAINED_DIR", tmp_path)
+def test_missing_trained_model_names_the_fix(name, tmp_path):
     with pytest.raises(models.ModelSourceError, match="run `make model`"):
+        models.resolve({"name": name, "path": None, "seed": 0}, tmp_path, project_root=tmp_path)
+    with pytest.raises(models.ModelSourceError, match="give the project root"):
         models.resolve({"name": name, "path": None, "seed": 0}, tmp_path)

@@ -5,7 +5,6 @@ tensor once and ORT maps it; the ablations report every step."""
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
@@ -15,12 +14,22 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from mtonnx import bench, data, export, models, quantize, step_rewrite, tuning, weightfile
-from mtonnx.runtime import SessionSettings, Translator
+from conftest import REPO
+from mtonnx import data
+from mtonnx.export.manual import export_manual
+from mtonnx.measure import ablation as ablations
+from mtonnx.measure.probe import import_cost
+from mtonnx.passes import weightfile
+from mtonnx.passes.key_transposes import fold_key_transposes
+from mtonnx.runtime import SessionSettings, Translator, layout
+from mtonnx.runtime.sessions import FP32_SESSION, INT8_SESSION
+from mtonnx.variants.build import build_variant, read_manifest
+from mtonnx.variants.transforms import dynamic_int8, folded, with_cross_kv
+from mtonnx.variants.tuned import build_tuned
 
 EVAL = {"hsk_size": 12, "techdocs_size": 4, "eval_split": "test"}
 UNTUNED = SessionSettings()
-TUNED = {"fp32-tuned": SessionSettings(**tuning.FP32_SESSION), "int8-tuned": SessionSettings(**tuning.INT8_SESSION)}
+TUNED = {"fp32-tuned": SessionSettings(**FP32_SESSION), "int8-tuned": SessionSettings(**INT8_SESSION)}
 
 
 def key_transposes(path) -> int:
@@ -31,38 +40,43 @@ def key_transposes(path) -> int:
         options.optimized_model_filepath = str(Path(work) / "optimized.onnx")
         ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         graph = onnx.load(options.optimized_model_filepath, load_external_data=False).graph  # nodes only
-    return sum(1 for n in graph.node if n.op_type == "Transpose"
-               and [list(onnx.helper.get_attribute_value(a)) for a in n.attribute if a.name == "perm"] == [[0, 2, 1]])
+    return sum(
+        1
+        for n in graph.node
+        if n.op_type == "Transpose"
+        and [list(onnx.helper.get_attribute_value(a)) for a in n.attribute if a.name == "perm"] == [[0, 2, 1]]
+    )
 
 
 @pytest.fixture(scope="module")
 def tuned(dynamo_export, tmp_path_factory):
     work = tmp_path_factory.mktemp("tuned")
-    quantize.build_variant("int8", dynamo_export, work / "variants" / "int8", quantize.dynamic_int8(), {})
-    return {"fp32": str(dynamo_export), "int8": str(work / "variants" / "int8"), **tuning.build_tuned(dynamo_export, work)}
+    build_variant("int8", dynamo_export, work / "variants" / "int8", dynamic_int8(), {})
+    return {"fp32": str(dynamo_export), "int8": str(work / "variants" / "int8"), **build_tuned(dynamo_export, work)}
 
 
 def test_fold_removes_every_key_transpose_and_only_those(dynamo_export, tuned, tiny):
     layers = tiny[0].config.decoder_layers
-    manifest = json.loads((Path(tuned["int8-tuned"]) / quantize.MANIFEST).read_text())
-    for file, per_layer in (("encoder_model.onnx", 1), ("decoder_with_past_model.onnx", 2)):
+    manifest = read_manifest(tuned["int8-tuned"])
+    for file, per_layer in ((layout.ENCODER, 1), (layout.DECODER_WITH_PAST, 2)):
         model = onnx.load(str(dynamo_export / file))
-        assert tuning.fold_key_transposes(model) == per_layer * layers, file  # self (+ cross) attention keys
+        assert fold_key_transposes(model) == per_layer * layers, file  # self (+ cross) attention keys
         assert key_transposes(dynamo_export / file) == per_layer * layers
         assert key_transposes(f"{tuned['fp32-tuned']}/{file}") == 0
         assert key_transposes(f"{tuned['int8-tuned']}/{file}") == 0
-    details = manifest["details"]["decoder_with_past_model.onnx"]
+    details = manifest["details"][layout.DECODER_WITH_PAST]
     assert details["folded_key_transposes"] == 2 * layers and details["integer_matmuls"] > 0
-    cross = manifest["details"]["decoder_model.onnx"]
-    assert cross["cross_kv_nodes"] > 0 and cross["cross_kv_mb"] < 0.5 * manifest["size_mb"]["decoder_model.onnx"]
+    cross = manifest["details"][layout.DECODER]
+    assert cross["cross_kv_nodes"] > 0 and cross["cross_kv_mb"] < 0.5 * manifest["size_mb"][layout.DECODER]
 
 
 @pytest.mark.parametrize("beams", [1, 4])
 def test_every_tuning_step_keeps_the_tokens_on_tiny(tuned, beams):
     sources = [p.en for p in data.eval_set(EVAL)]
     for plain, tuned_key in (("fp32", "fp32-tuned"), ("int8", "int8-tuned")):
-        before = Translator(tuned[plain], session=UNTUNED).translate(sources, num_beams=beams, max_new_tokens=16,
-                                                                      screen_candidates=False)
+        before = Translator(tuned[plain], session=UNTUNED).translate(
+            sources, num_beams=beams, max_new_tokens=16, screen_candidates=False
+        )
         translator = Translator(tuned[tuned_key], session=TUNED[tuned_key])
         assert translator.layout == "tuned"  # decoder_model.onnx is never loaded
         after = translator.translate(sources, num_beams=beams, max_new_tokens=16)
@@ -77,13 +91,16 @@ def test_tuned_step_gives_bit_identical_logits_and_the_same_beams_past_the_buffe
     from mtonnx.runtime.tokenizer import pad
 
     directory = Path(tuned["int8-tuned"])
-    model = onnx.load(str(directory / step_rewrite.TUNED_STEP), load_external_data=False)
-    assert {p.key: p.value for p in model.metadata_props} == {"mtonnx.self_attention_keys": "time-major",
-                                                             "mtonnx.cross_attention": "per-sentence"}
+    model = onnx.load(str(directory / layout.TUNED_STEP), load_external_data=False)
+    assert {p.key: p.value for p in model.metadata_props} == {
+        "mtonnx.self_attention_keys": "time-major",
+        "mtonnx.cross_attention": "per-sentence",
+    }
     assert not any(n.op_type == "Concat" and any(i.endswith(".decoder.key") for i in n.input) for n in model.graph.node)
     lean = Translator(directory, decoder="lean")
     d, beams = lean.decoder, 2
-    plain, rewritten = d.with_past, make_session(directory / step_rewrite.TUNED_STEP)
+    plain, rewritten = d.with_past, make_session(directory / layout.TUNED_STEP)
+    names = {kind: layout.past_names(d.layers, (kind,)) for kind in layout.KV}
     sources = [p.en for p in data.eval_set(EVAL)]
     ids, mask = pad([lean.tokenizer.encode(text) for text in sources[:3]], lean.tokenizer.pad_token_id)
     run = d.begin(ids, mask)  # the encoder and each sentence's cross K/V
@@ -94,30 +111,45 @@ def test_tuned_step_gives_bit_identical_logits_and_the_same_beams_past_the_buffe
     tokens = np.full((rows, 1), lean.settings.decoder_start_token_id)
     for _ in range(6):
         feeds = {"input_ids": tokens, "encoder_attention_mask": np.repeat(run.mask, beams, axis=0)}
-        cross = dict(zip([n for i, n in enumerate(d.past_names) if i % 4 >= 2], run.cross_kv))
-        feeds.update(zip(d.past_names[1::4], values))
-        logits, *present = plain.run(d.step_outputs, {**feeds, **dict(zip(d.past_names[0::4], keys)),
-                                                      **{k: np.repeat(v, beams, axis=0) for k, v in cross.items()}})
-        logits_tuned, *present_tuned = rewritten.run(d.step_outputs, {**feeds, **cross,
-                                                                      **dict(zip(d.past_names[0::4], keys_tm))})
+        cross = {
+            **dict(zip(names[layout.CROSS_KEY], run.cache.cross_keys)),
+            **dict(zip(names[layout.CROSS_VALUE], run.cache.cross_values)),
+        }
+        feeds.update(zip(names[layout.SELF_VALUE], values))
+        logits, *present = plain.run(
+            d.step_outputs,
+            {
+                **feeds,
+                **dict(zip(names[layout.SELF_KEY], keys)),
+                **{k: np.repeat(v, beams, axis=0) for k, v in cross.items()},
+            },
+        )
+        logits_tuned, *present_tuned = rewritten.run(
+            d.step_outputs, {**feeds, **cross, **dict(zip(names[layout.SELF_KEY], keys_tm))}
+        )
         assert np.array_equal(logits, logits_tuned)
-        keys, values = present[0::2], present[1::2]
-        assert all(np.array_equal(a, b) for a, b in zip(values, present_tuned[1::2]))
-        keys_tm = [np.concatenate([past, new.transpose(2, 0, 1, 3)]) for past, new in zip(keys_tm, present_tuned[0::2])]
+        plain_kinds, tuned_kinds = layout.by_kind(present, layout.SELF), layout.by_kind(present_tuned, layout.SELF)
+        keys, values = plain_kinds[layout.SELF_KEY], plain_kinds[layout.SELF_VALUE]
+        assert all(np.array_equal(a, b) for a, b in zip(values, tuned_kinds[layout.SELF_VALUE]))
+        keys_tm = [
+            np.concatenate([past, new.transpose(2, 0, 1, 3)])
+            for past, new in zip(keys_tm, tuned_kinds[layout.SELF_KEY])
+        ]
         assert all(np.array_equal(a.transpose(2, 0, 1, 3), b) for a, b in zip(keys, keys_tm))
         tokens = rng.integers(0, logits.shape[-1], (rows, 1))
     for beams in (1, 4):
         settings = {"num_beams": beams, "max_new_tokens": 40, "min_length": 41}
-        assert (Translator(directory, decoder="tuned").translate(sources, **settings)
-                == lean.translate(sources, **settings)), beams
+        assert Translator(directory, decoder="tuned").translate(sources, **settings) == lean.translate(
+            sources, **settings
+        ), beams
 
 
 def test_every_tuning_step_keeps_the_tokens_on_the_trained_model(tmp_path_factory):
     work = tmp_path_factory.mktemp("hsk-tuned")
-    source = models.TRAINED_DIR / "hsk-enzh"
-    export.export_manual(source, work / "export_manual", exporter="dynamo")
-    quantize.build_variant("int8", work / "export_manual", work / "variants" / "int8", quantize.dynamic_int8(), {})
-    tuned = tuning.build_tuned(work / "export_manual", work)
+    source = REPO / "models" / "hsk-enzh"
+    export_manual(source, work / "export_manual", exporter="dynamo")
+    build_variant("int8", work / "export_manual", work / "variants" / "int8", dynamic_int8(), {})
+    tuned = build_tuned(work / "export_manual", work)
     sources = [p.en for p in data.eval_set({"hsk_size": 48, "techdocs_size": 8, "eval_split": "test"})]
     for beams in (1, 4):
         for plain, tuned_key in ((work / "export_manual", "fp32-tuned"), (work / "variants" / "int8", "int8-tuned")):
@@ -131,17 +163,18 @@ def test_ablation_reports_every_step_for_every_config(tuned):
 
     tokenizer = MarianSpmTokenizer(tuned["fp32"])
     rows = [tokenizer.encode(p.en) for p in data.eval_set({"hsk_size": 3, "techdocs_size": 0, "eval_split": "test"})]
-    results = tuning.ablation(tuned, rows, [(1, 1), (2, 4)], tokens=6, warmup=1, repeats=1)
+    results = ablations.ablation(tuned, rows, [(1, 1), (2, 4)], tokens=6, warmup=1, repeats=1)
     assert [(r["step"], r["batch"], r["beams"]) for r in results] == [
-        (step.label, b, k) for b, k in [(1, 1), (2, 4)] for step in tuning.STEPS]
-    assert all(r["speedup"] == 1.0 for r in results if r["step"] == tuning.STEPS[0].label)
+        (step.label, b, k) for b, k in [(1, 1), (2, 4)] for step in ablations.STEPS
+    ]
+    assert all(r["speedup"] == 1.0 for r in results if r["step"] == ablations.STEPS[0].label)
     assert all(r["same_tokens_as_previous"] for r in results if r["kept"])
     assert all(r["min_ms"] <= r["median_ms"] <= r["max_ms"] for r in results)
 
 
 def test_weights_file_stores_each_tensor_once_and_keeps_every_value(dynamo_export, tuned, tmp_path):
     inline = tmp_path / "inline"
-    quantize.build_variant("inline", dynamo_export, inline, tuning.with_cross_kv(tuning.folded(quantize.dynamic_int8())), {})
+    build_variant("inline", dynamo_export, inline, with_cross_kv(folded(dynamic_int8())), {})
     directory = Path(tuned["int8-tuned"])
     locations = {}
     for file in sorted(p.name for p in inline.glob("*.onnx")):
@@ -156,13 +189,20 @@ def test_weights_file_stores_each_tensor_once_and_keeps_every_value(dynamo_expor
                 assert info["location"] == weightfile.WEIGHTS and int(info["offset"]) % weightfile.ALIGN == 0
                 locations.setdefault(file, {})[t.name] = info["offset"]
     # the tied table: the encoder's and the decoder's embedding Gathers read the same bytes of weights.bin
-    gathers = {file: next(n.input[0] for n in onnx.load(str(directory / file), load_external_data=False).graph.node
-                          if n.op_type == "Gather" and ("embed_tokens" in n.input[0] or n.input[0] == "lm_head.weight"))
-               for file in ("encoder_model.onnx", "decoder_with_past_model.onnx")}
+    gathers = {
+        file: next(
+            n.input[0]
+            for n in onnx.load(str(directory / file), load_external_data=False).graph.node
+            if n.op_type == "Gather" and ("embed_tokens" in n.input[0] or n.input[0] == "lm_head.weight")
+        )
+        for file in (layout.ENCODER, layout.DECODER_WITH_PAST)
+    }
     offsets = {locations[file][name] for file, name in gathers.items()}
     assert len(offsets) == 1, gathers
     inline_bytes = sum((inline / f).stat().st_size for f in locations)
-    assert (directory / weightfile.WEIGHTS).stat().st_size < 0.6 * inline_bytes  # decoder_model's layers stored once too
+    assert (
+        directory / weightfile.WEIGHTS
+    ).stat().st_size < 0.6 * inline_bytes  # decoder_model's layers stored once too
     with pytest.raises(ValueError, match="already has weights.bin"):
         weightfile.externalize(directory)
 
@@ -171,25 +211,31 @@ def test_ort_maps_the_weights_file_instead_of_copying_it(tmp_path):
     """A 64 MB embedding table: inline, ORT holds a copy after load; in weights.bin, only the rows read."""
     table = np.random.default_rng(0).standard_normal((32768, 512)).astype(np.float32)
     graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Gather", ["table", "ids"], ["rows"])], "embedding",
+        [onnx.helper.make_node("Gather", ["table", "ids"], ["rows"])],
+        "embedding",
         [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["n"])],
         [onnx.helper.make_tensor_value_info("rows", onnx.TensorProto.FLOAT, ["n", 512])],
-        [numpy_helper.from_array(table, "table")])
+        [numpy_helper.from_array(table, "table")],
+    )
     for name in ("inline", "mapped"):
         (tmp_path / name).mkdir()
-        onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)]),
-                  str(tmp_path / name / "model.onnx"))
+        onnx.save(
+            onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)]),
+            str(tmp_path / name / "model.onnx"),
+        )
     weightfile.externalize(tmp_path / "mapped")
     rss = {}
     for name in ("inline", "mapped"):
-        code = (f"import numpy as np, onnxruntime as ort\n"
-                f"s = ort.InferenceSession({str(tmp_path / name / 'model.onnx')!r}, providers=['CPUExecutionProvider'])\n"
-                f"s.run(None, {{'ids': np.array([3, 30000])}})[0].sum()")
-        rss[name] = bench.import_cost(code, repeats=1)["rss_mb"]
+        code = (
+            f"import numpy as np, onnxruntime as ort\n"
+            f"s = ort.InferenceSession({str(tmp_path / name / 'model.onnx')!r}, providers=['CPUExecutionProvider'])\n"
+            f"s.run(None, {{'ids': np.array([3, 30000])}})[0].sum()"
+        )
+        rss[name] = import_cost(code, repeats=1)["rss_mb"]
     assert rss["inline"] - rss["mapped"] > 48, rss
 
 
 def test_memory_ablation_measures_every_step(tuned):
-    rows = tuning.memory_ablation(tuned)
-    assert [r["step"] for r in rows] == [label for label, _, _ in tuning.MEMORY_STEPS]
+    rows = ablations.memory_ablation(tuned)
+    assert [r["step"] for r in rows] == [label for label, _, _ in ablations.MEMORY_STEPS]
     assert all(r["rss_mb"] > 0 for r in rows)  # a torch.export variant has every layout

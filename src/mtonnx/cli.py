@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     translate.add_argument("--max-new-tokens", type=int, help="longest translation in tokens (default: the model's)")
     translate.add_argument("--batch-size", type=int, default=16)
     translate.add_argument("--source-prefix", default="", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
-    translate.add_argument("--decoder", default="auto", choices=("auto", "tuned", "lean", "split", "merged", "no-cache"))
+    translate.add_argument(
+        "--decoder", default="auto", choices=("auto", "tuned", "lean", "split", "merged", "no-cache")
+    )
     translate.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads per session")
     bench = commands.add_parser("bench", help="the peer benchmark (PyTorch, optimum, mtonnx, CTranslate2)")
     bench.add_argument("--params", required=True, help="params YAML file; its bench section sets the matrix")
@@ -63,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(params: dict, args: argparse.Namespace) -> int:
-    from mtonnx.models import ModelSourceError
-    from mtonnx.runner import RunFailed, run
+    from mtonnx.report.runner import RunFailed, run
+    from mtonnx.sources.models import ModelSourceError
 
     only = [n.strip().zfill(2) for n in args.only.split(",") if n.strip()] if args.only else None
     out = Path(args.out) if args.out else Path("outputs") / params["name"]
@@ -77,14 +79,24 @@ def _run(params: dict, args: argparse.Namespace) -> int:
 
 
 def _bench(params: dict, args: argparse.Namespace) -> int:
-    from mtonnx.benchmark import run_benchmark
-    from mtonnx.runner import default_models_dir
+    from mtonnx.measure.benchmark import metrics, run_benchmark
+    from mtonnx.report.record import merge_metrics, record
+    from mtonnx.report.runner import default_models_dir
+    from mtonnx.sources.models import ModelSourceError
 
     out = Path(args.out) if args.out else Path("outputs") / params["name"]
-    result = run_benchmark(params, out, default_models_dir(), log=lambda m: print(m, file=sys.stderr))
+    try:
+        result = run_benchmark(params, out, default_models_dir(), log=lambda m: print(m, file=sys.stderr))
+    except ModelSourceError as err:
+        print(f"mtonnx: error: {err}", file=sys.stderr)
+        return 1
+    record(out, "bench", metrics(result))  # the same bench.* metrics notebook 07 records
+    merge_metrics(out)
     for row in result["results"]:
-        print(f"{row['engine']:>13}  {row['config']:<22} {row['median_ms']:>10.1f} ms  "
-              f"x{row['speedup_vs_pytorch_fp32']} vs PyTorch fp32")
+        print(
+            f"{row['engine']:>13}  {row['config']:<22} {row['median_ms']:>10.1f} ms  "
+            f"x{row['speedup_vs_pytorch_fp32']} vs PyTorch fp32"
+        )
     print(f"results: {result['path']}", file=sys.stderr)
     return 0
 
@@ -92,7 +104,7 @@ def _bench(params: dict, args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     import json
 
-    from mtonnx.doctor import diagnose, format_table
+    from mtonnx.check.doctor import diagnose, format_table
 
     rows = diagnose(args.model_dir, args.onnx_dir, tolerance=args.tolerance)
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
@@ -100,14 +112,24 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _train(params: dict) -> int:
-    from mtonnx.train import RECIPE, train
+    from mtonnx.sources.train import RECIPE, train
 
     t = params["train"]
     out = (Path(params["_file"]).parent / t["out"]).resolve()
-    report = train(out, RECIPE, budget_minutes=t["budget_minutes"], max_steps=t["max_steps"] or None,
-                   max_pairs=t["max_pairs"] or None, threads=t["threads"], test_sentences=t["test_sentences"] or None)
-    print(f"{out}: {report['steps']} steps in {report['train_minutes']} min; test BLEU {report['test_bleu']} "
-          f"(beam {report['test_bleu_beam']}), gloss baseline {report['baseline_bleu']}", file=sys.stderr)
+    report = train(
+        out,
+        RECIPE,
+        budget_minutes=t["budget_minutes"],
+        max_steps=t["max_steps"] or None,
+        max_pairs=t["max_pairs"] or None,
+        threads=t["threads"],
+        test_sentences=t["test_sentences"] or None,
+    )
+    print(
+        f"{out}: {report['steps']} steps in {report['train_minutes']} min; test BLEU {report['test_bleu']} "
+        f"(beam {report['test_bleu_beam']}), gloss baseline {report['baseline_bleu']}",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -126,10 +148,12 @@ def _translate(args: argparse.Namespace) -> int:
     lines = text.splitlines()
     options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
     with tqdm(total=0, unit="sentence", file=sys.stderr, desc="translating") as bar:
+
         def translate(sentences: list[str]) -> list[str]:
             bar.reset(total=len(sentences))
-            return translator.translate(sentences, batch_size=args.batch_size, source_prefix=args.source_prefix,
-                                        progress=bar.update, **options)
+            return translator.translate(
+                sentences, batch_size=args.batch_size, source_prefix=args.source_prefix, progress=bar.update, **options
+            )
 
         result = "\n".join(translate_lines(translate, lines)) + ("\n" if lines else "")
     if args.output:

@@ -2,7 +2,7 @@
 
 Two sources, both offline:
 - the HSK sentences packaged in `hsk-sentences-audio` (4,354 graded pairs, CC-BY-SA-4.0), split into
-  train / dev / test by a hash of each sentence id, so the split never depends on order or on a seed;
+  train / dev / test by a hash of each sentence id, so the split never depends on order or on randomness;
 - a small set of English technical-documentation sentences with Chinese references written for this
   project (`data/techdocs.tsv`), the use case the migration is for.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib.resources import files
 from typing import Any
@@ -92,8 +92,3 @@ def summary(pairs: list[Pair]) -> dict[str, Any]:
         if p.source == "hsk":
             by_level[p.level] = by_level.get(p.level, 0) + 1
     return {"pairs": len(pairs), "by_source": by_source, "hsk_by_level": dict(sorted(by_level.items()))}
-
-
-def as_records(pairs: list[Pair]) -> list[dict[str, Any]]:
-    """Pairs as plain dicts (for DataFrames and JSON)."""
-    return [asdict(p) for p in pairs]

@@ -10,13 +10,18 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-BUILTIN_MODELS = ("tiny", "opus-shape")
+# The vocabularies other modules share with the schema (export.manual, measure.peers).
+EXPORTERS = ("torchscript", "dynamo")
+DEFAULT_EXPORTER, DEFAULT_OPSET = "dynamo", 18
+ENGINES = ("pytorch-fp32", "pytorch-int8", "optimum-fp32", "mtonnx-fp32", "mtonnx-int8", "ct2-fp32", "ct2-int8")
+ROOT_ENV = "MTONNX_PROJECT_ROOT"
 
 
 class ParamsError(ValueError):
@@ -40,9 +45,16 @@ class Field:
 
 SCHEMA: dict[str, Any] = {
     "name": Field(str, None, "run name; defaults to the params file's stem"),
+    "project_root": Field(
+        str,
+        "..",
+        f"the checkout holding notebooks/ and models/, relative to the params file (${ROOT_ENV} overrides it)",
+    ),
     "model": {
         "name": Field(str, "tiny", "'tiny', 'opus-shape', or a hub name such as Helsinki-NLP/opus-mt-en-zh"),
-        "path": Field(str, None, "local directory holding the model (overrides the hub)", nullable=True, must_exist=True),
+        "path": Field(
+            str, None, "local directory holding the model (overrides the hub)", nullable=True, must_exist=True
+        ),
         "source_prefix": Field(str, "", "text put in front of every source sentence, e.g. '>>cmn_Hans<<'"),
         "seed": Field(int, 0, "seed for the built (random-weight) models", lo=0),
     },
@@ -53,8 +65,8 @@ SCHEMA: dict[str, Any] = {
         "calibration_size": Field(int, 64, "calibration sentences (from the HSK train split)", lo=0, hi=4000),
     },
     "export": {
-        "exporter": Field(str, "dynamo", "torch.onnx exporter for the hand export", choices=("dynamo", "torchscript")),
-        "opset": Field(int, 18, "ONNX opset (dynamo: 18..23, torchscript: 14..20)", lo=14, hi=23),
+        "exporter": Field(str, DEFAULT_EXPORTER, "torch.onnx exporter for the hand export", choices=EXPORTERS),
+        "opset": Field(int, DEFAULT_OPSET, "ONNX opset (dynamo: 18..23, torchscript: 14..20)", lo=14, hi=23),
         "tolerance": Field(float, 1e-4, "max |ONNX - PyTorch| allowed in parity checks", lo=0.0, hi=1.0),
     },
     "runtime": {
@@ -66,17 +78,16 @@ SCHEMA: dict[str, Any] = {
         "warmup": Field(int, 1, "untimed runs before measuring", lo=0, hi=100),
         "repeats": Field(int, 5, "timed runs per measurement (median, min, max reported)", lo=1, hi=1000),
         "lengths": Field(list, [16, 32, 64, 128], "forced output lengths for cost-vs-length", items=int, lo=1, hi=512),
-        "engines": Field(list, ["pytorch-fp32", "pytorch-int8", "optimum-fp32", "mtonnx-fp32", "mtonnx-int8",
-                                "ct2-fp32", "ct2-int8"], "engines in the peer benchmark", items=str,
-                       choices=("pytorch-fp32", "pytorch-int8", "optimum-fp32", "mtonnx-fp32", "mtonnx-int8",
-                                "ct2-fp32", "ct2-int8")),
+        "engines": Field(list, list(ENGINES), "engines in the peer benchmark", items=str, choices=ENGINES),
         "batches": Field(list, [1, 8], "batch sizes in the peer benchmark", items=int, lo=1, hi=256),
         "beams": Field(list, [1, 4], "beam sizes in the peer benchmark", items=int, lo=1, hi=16),
         "threads": Field(list, [1, 2], "thread counts in the peer benchmark", items=int, lo=1, hi=64),
         "tokens": Field(list, [32, 128], "forced output lengths in the peer benchmark", items=int, lo=1, hi=512),
     },
     "quant": {
-        "gate_bleu": Field(float, 0.5, "a variant losing more BLEU than this against fp32 is flagged", lo=0.0, hi=100.0),
+        "gate_bleu": Field(
+            float, 0.5, "a variant losing more BLEU than this against fp32 is flagged", lo=0.0, hi=100.0
+        ),
         "beam_sentences": Field(int, 8, "sentences timed with beam 4 per variant", lo=1, hi=10000),
         "calibration_tokens": Field(int, 16, "decoding steps recorded per calibration batch", lo=1, hi=512),
     },
@@ -97,7 +108,8 @@ SCHEMA: dict[str, Any] = {
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """Read and validate a params file; returns the full params (defaults filled) plus `_file` and `_hash`."""
+    """Read and validate a params file; returns the full params (defaults filled) plus `_file`, `_hash` and
+    `_root` (the project root: $MTONNX_PROJECT_ROOT, else `project_root` relative to the file)."""
     path = Path(path)
     if not path.is_file():
         raise ParamsError(f"{path}: params file not found")
@@ -115,6 +127,7 @@ def load(path: str | Path) -> dict[str, Any]:
         params["name"] = path.stem
     params["_file"] = str(path.resolve())
     params["_hash"] = params_hash(params)
+    params["_root"] = str(Path(os.environ.get(ROOT_ENV) or path.resolve().parent / params["project_root"]).resolve())
     return params
 
 
@@ -174,8 +187,12 @@ def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
         bad = [v for v in value if isinstance(v, bool) or not isinstance(v, spec.items)]
         if bad or not value:
             raise ParamsError(f"{file}: '{key}' must be a non-empty list of {spec.items.__name__}, got {value!r}")
-        out_of_range = [v for v in value if spec.items in (int, float) and (spec.lo is not None and v < spec.lo
-                                                                            or spec.hi is not None and v > spec.hi)]
+        out_of_range = [
+            v
+            for v in value
+            if spec.items in (int, float)
+            and (spec.lo is not None and v < spec.lo or spec.hi is not None and v > spec.hi)
+        ]
         if out_of_range:
             raise ParamsError(f"{file}: '{key}' has {out_of_range[0]!r}, out of range {spec.lo}..{spec.hi}")
         unknown = [v for v in value if spec.choices is not None and v not in spec.choices]

@@ -1,50 +1,44 @@
 """optimum's exporter on the same model, its generate() parity, and a side-by-side with the hand export.
 
-`python -m transformers.onnx --feature translation` (the seeds' command) no longer exists; optimum's
-`main_export` is its successor. It writes encoder, decoder, decoder-with-past and a merged decoder.
+`python -m transformers.onnx --feature translation`, the command older tutorials give, no longer exists;
+optimum's `main_export` is its successor. It writes encoder, decoder, decoder-with-past and a merged decoder.
 """
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from mtonnx import graphinfo
-from mtonnx.export import io_table, replace_dir
+from mtonnx.export.manual import io_table
+from mtonnx.report import graphinfo
+from mtonnx.report.artifacts import staged_dir
+from mtonnx.runtime import layout
 
 TASK = "text2text-generation-with-past"
-FILES = ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx", "decoder_model_merged.onnx")
+FILES = layout.OPTIMUM_EXPORT
 
 
 def export_optimum(model_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
-    """optimum's `main_export` into a temp dir, moved to `out_dir` when complete; returns files and seconds."""
+    """optimum's `main_export` into a staging dir, moved to `out_dir` when complete; returns files and seconds."""
     from optimum.exporters.onnx import main_export
 
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    start = time.perf_counter()
-    try:
+    out_dir, start = Path(out_dir), time.perf_counter()
+    with staged_dir(out_dir) as tmp:
         main_export(str(model_dir), output=str(tmp), task=TASK, do_validation=False, device="cpu")
         missing = [f for f in FILES if not (tmp / f).is_file()]
         if missing:
             raise RuntimeError(f"optimum did not write {', '.join(missing)}")
-        replace_dir(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return {"seconds": round(time.perf_counter() - start, 1),
-            "files": {f: (out_dir / f).stat().st_size for f in FILES}}
+    return {"seconds": round(time.perf_counter() - start, 1), "files": {f: (out_dir / f).stat().st_size for f in FILES}}
 
 
 def load_ort_model(optimum_dir: str | Path, use_merged: bool = False):
     """optimum's ORTModelForSeq2SeqLM on the CPU provider, split or merged decoder."""
     from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
-    return ORTModelForSeq2SeqLM.from_pretrained(optimum_dir, use_cache=True, use_merged=use_merged,
-                                                provider="CPUExecutionProvider")
+    return ORTModelForSeq2SeqLM.from_pretrained(
+        optimum_dir, use_cache=True, use_merged=use_merged, provider="CPUExecutionProvider"
+    )
 
 
 def side_by_side(manual_dir: str | Path, optimum_dir: str | Path, vocab_size: int, d_model: int) -> dict[str, Any]:
@@ -57,17 +51,28 @@ def side_by_side(manual_dir: str | Path, optimum_dir: str | Path, vocab_size: in
             ops[f"{name}/{path.stem}"] = info.pop("ops")
             files.append({"export": name, **info})
     io = []
-    common = sorted({p.name for p in exports["manual"].glob("*.onnx")} & {p.name for p in exports["optimum"].glob("*.onnx")})
+    common = sorted(
+        {p.name for p in exports["manual"].glob("*.onnx")} & {p.name for p in exports["optimum"].glob("*.onnx")}
+    )
     for file in common:
         tables = {name: io_table(directory / file) for name, directory in exports.items()}
         for kind in ("inputs", "outputs"):
             by_name = {name: {v["name"]: v for v in tables[name][kind]} for name in exports}
             for tensor in dict.fromkeys([*by_name["manual"], *by_name["optimum"]]):
                 m, o = by_name["manual"].get(tensor), by_name["optimum"].get(tensor)
-                io.append({"file": file, "kind": kind[:-1], "name": tensor,
-                           "manual": f"{m['dtype']} {m['shape']}" if m else "-",
-                           "optimum": f"{o['dtype']} {o['shape']}" if o else "-",
-                           "same dtype and rank": bool(m and o and m["dtype"] == o["dtype"]
-                                                       and len(m["shape"]) == len(o["shape"]))})
-    duplicated = {name: graphinfo.duplicated_mb(sorted(directory.glob("*.onnx"))) for name, directory in exports.items()}
+                io.append(
+                    {
+                        "file": file,
+                        "kind": kind[:-1],
+                        "name": tensor,
+                        "manual": f"{m['dtype']} {m['shape']}" if m else "-",
+                        "optimum": f"{o['dtype']} {o['shape']}" if o else "-",
+                        "same dtype and rank": bool(
+                            m and o and m["dtype"] == o["dtype"] and len(m["shape"]) == len(o["shape"])
+                        ),
+                    }
+                )
+    duplicated = {
+        name: graphinfo.duplicated_mb(sorted(directory.glob("*.onnx"))) for name, directory in exports.items()
+    }
     return {"files": files, "io": io, "ops": ops, "duplicated": duplicated}

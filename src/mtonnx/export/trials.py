@@ -8,33 +8,48 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mtonnx import export, graphinfo, validate
+from mtonnx.check import parity
+from mtonnx.export.manual import error_summary, export_subgraph, load_for_export
+from mtonnx.export.samples import EXPORT_CASE, SampleInputs
+from mtonnx.export.wrappers import subgraphs
+from mtonnx.params import DEFAULT_OPSET
+from mtonnx.report import graphinfo
 
 CONFIGS = (("torchscript", "sdpa"), ("dynamo", "sdpa"), ("dynamo", "eager"))
 
 
-def try_exporters(model_dir: str | Path, reference, configs=CONFIGS, opset: int = export.DEFAULT_OPSET,
-                  tolerance: float = 1e-4) -> list[dict[str, Any]]:
+def try_exporters(
+    model_dir: str | Path, reference, configs=CONFIGS, opset: int = DEFAULT_OPSET, tolerance: float = 1e-4
+) -> list[dict[str, Any]]:
     """One row per (exporter, attention implementation, file); `reference` is the PyTorch model to match."""
     rows = []
     config = reference.config
     for exporter, attention in configs:
-        model = export.load_for_export(model_dir, attention)
-        sample = export.Sample(model)
+        model = load_for_export(model_dir, attention)
+        sample = SampleInputs(model, EXPORT_CASE)
         work = Path(tempfile.mkdtemp(prefix=f"mtonnx-{exporter}-{attention}-"))
         try:
-            for spec in export.subgraphs(config.decoder_layers):
+            for spec in subgraphs(config.decoder_layers):
                 row = {"exporter": exporter, "attention": attention, "file": spec.file}
                 try:
-                    done = export.export_subgraph(model, spec, sample, work / spec.file, exporter, opset)
+                    done = export_subgraph(model, spec, sample, work / spec.file, exporter, opset)
                 except Exception as err:  # the exporter's own failure is the result we report
-                    rows.append({**row, "status": "failed", "error": export.error_summary(err)})
+                    rows.append({**row, "status": "failed", "error": error_summary(err)})
                     continue
-                check = validate.parity(reference, work, tolerance, files=[spec.file])["files"][spec.file]
+                check = parity.file_parity(reference, work, tolerance, files=[spec.file])["files"][spec.file]
                 info = graphinfo.summary(work / spec.file, config.vocab_size, config.d_model)
-                rows.append({**row, "status": "ok" if check["pass"] else "parity failed", "error": None,
-                             "seconds": done["seconds"], "size_mb": info["size_mb"], "nodes": info["nodes"],
-                             "embedding_copies": info["embedding_copies"], "max_abs_diff": check["max_abs_diff"]})
+                rows.append(
+                    {
+                        **row,
+                        "status": "ok" if check["pass"] else "parity failed",
+                        "error": None,
+                        "seconds": done["seconds"],
+                        "size_mb": info["size_mb"],
+                        "nodes": info["nodes"],
+                        "embedding_copies": info["embedding_copies"],
+                        "max_abs_diff": check["max_abs_diff"],
+                    }
+                )
         finally:
             shutil.rmtree(work, ignore_errors=True)
     return rows
@@ -46,12 +61,18 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for exporter, attention in dict.fromkeys((r["exporter"], r["attention"]) for r in rows):
         mine = [r for r in rows if r["exporter"] == exporter and r["attention"] == attention]
         ok = [r for r in mine if r["status"] == "ok"]
-        out.append({
-            "exporter": exporter, "attention": attention, "files ok": f"{len(ok)}/{len(mine)}",
-            "failed": ", ".join(r["file"] for r in mine if r["status"] != "ok") or "-",
-            "export seconds": round(sum(r["seconds"] for r in ok), 1),
-            "total MB": round(sum(r["size_mb"] for r in ok), 2),
-            "worst diff": max((r["max_abs_diff"] for r in ok), default=None),
-            "embedding copies per decoder file": sorted({r["embedding_copies"] for r in ok if "decoder" in r["file"]}),
-        })
+        out.append(
+            {
+                "exporter": exporter,
+                "attention": attention,
+                "files ok": f"{len(ok)}/{len(mine)}",
+                "failed": ", ".join(r["file"] for r in mine if r["status"] != "ok") or "-",
+                "export seconds": round(sum(r["seconds"] for r in ok), 1),
+                "total MB": round(sum(r["size_mb"] for r in ok), 2),
+                "worst diff": max((r["max_abs_diff"] for r in ok), default=None),
+                "embedding copies per decoder file": sorted(
+                    {r["embedding_copies"] for r in ok if "decoder" in r["file"]}
+                ),
+            }
+        )
     return out

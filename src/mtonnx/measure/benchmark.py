@@ -1,63 +1,109 @@
-"""The peer benchmark as one call returning a dict: what `mtonnx bench` and notebook 07 run."""
+"""The peer benchmark as one call returning a dict (what `mtonnx bench` and notebook 07 run), and what is read
+off it: the headline ratios against PyTorch, optimum and CTranslate2, the memory-bandwidth bound of a decoding
+step, the targets check, and the metrics a run records."""
 
 from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from mtonnx import data, models, peers, report, tuning
+from mtonnx import data
+from mtonnx.measure import ablation as ablations
+from mtonnx.measure import peers
+from mtonnx.measure.timing import paired_ratio, timed
+from mtonnx.report.artifacts import write_json
 from mtonnx.runtime import MarianSpmTokenizer
+from mtonnx.sources import models
 
 RESULTS = "bench.json"
+HEADLINE_TOKENS = 32  # the output length the headline ratios are read at (the shortest one when not measured)
+TARGETS = {
+    **{f"int8_vs_pt_fp32_b{b}{s}": 4.0 for b in (1, 8) for s in ("", "_beam4")},
+    **{f"int8_vs_ct2_int8_b{b}{s}": 1.15 for b in (1, 8) for s in ("", "_beam4")},
+    "fp32_vs_optimum_fp32_b1": 1.0,
+}
 
 
 def available_engines(wanted: list[str]) -> tuple[list[str], dict[str, str]]:
     """The wanted engines whose libraries are installed; the others with the reason."""
     skipped = {}
     if importlib.util.find_spec("ctranslate2") is None:
-        skipped.update({e: "ctranslate2 not installed (pip install -e '.[bench]')" for e in wanted if e.startswith("ct2")})
+        skipped.update(
+            {e: "ctranslate2 not installed (pip install -e '.[bench]')" for e in wanted if e.startswith("ct2")}
+        )
     return [e for e in wanted if e not in skipped], skipped
 
 
-def run_benchmark(params: dict[str, Any], run_dir: str | Path, models_dir: str | Path,
-                  log: Callable[[str], None] = print) -> dict[str, Any]:
+def run_benchmark(
+    params: dict[str, Any], run_dir: str | Path, models_dir: str | Path, log: Callable[[str], None] = print
+) -> dict[str, Any]:
     """Prepare every engine's files from the params' model, measure the matrix, write bench.json."""
     b, e = params["bench"], params["export"]
-    model_dir = models.resolve(params["model"], models_dir)["dir"]
+    model_dir = models.resolve(params["model"], models_dir, params.get("_root"))["dir"]
     log("preparing exports, the int8 variant and CTranslate2 models ...")
     engines, skipped = available_engines(b["engines"])
-    paths = peers.prepare(model_dir, run_dir, exporter=e["exporter"], opset=e["opset"],
-                          ct2=not any(name.startswith("ct2") for name in skipped))
+    paths = peers.prepare(
+        model_dir,
+        run_dir,
+        exporter=e["exporter"],
+        opset=e["opset"],
+        ct2=not any(name.startswith("ct2") for name in skipped),
+    )
     tokenizer = MarianSpmTokenizer(paths.fp32_export)
-    rows = [tokenizer.encode(f"{params['model']['source_prefix']} {p.en}".strip()) for p in data.eval_set(params["data"])]
-    configs = [peers.Config(batch, beams, threads, tokens) for batch, beams, threads, tokens
-               in itertools.product(b["batches"], b["beams"], b["threads"], b["tokens"])]
+    rows = [
+        tokenizer.encode(f"{params['model']['source_prefix']} {p.en}".strip()) for p in data.eval_set(params["data"])
+    ]
+    configs = [
+        peers.Config(batch, beams, threads, tokens)
+        for batch, beams, threads, tokens in itertools.product(b["batches"], b["beams"], b["threads"], b["tokens"])
+    ]
     log(f"measuring {len(engines)} engines x {len(configs)} configurations, {b['repeats']} repeats ...")
-    results = peers.measure(engines, paths, configs, rows, warmup=b["warmup"], repeats=b["repeats"])
-    log(f"ablation: the tuning steps one by one ({len(tuning.STEPS)} variants) ...")
-    ablation = tuning.ablation({"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned}, rows,
-                               list(itertools.product(b["batches"], b["beams"])), tokens=b["tokens"][0],
-                               warmup=b["warmup"], repeats=b["repeats"])
+    results = peers.measure_engines(engines, paths, configs, rows, warmup=b["warmup"], repeats=b["repeats"])
+    log(f"ablation: the tuning steps one by one ({len(ablations.STEPS)} variants) ...")
+    tuned = {"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned}
+    ablation = ablations.ablation(
+        tuned,
+        rows,
+        list(itertools.product(b["batches"], b["beams"])),
+        tokens=b["tokens"][0],
+        warmup=b["warmup"],
+        repeats=b["repeats"],
+    )
     log("memory after load and after one generation at the largest config, one fresh process per engine ...")
     rss = peers.rss_after_load(engines, paths)
     largest = ((rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
     rss_run = peers.rss_after_load(engines, paths, run=largest)
-    memory = tuning.memory_ablation({"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned})
-    bound = peers.bytes_per_token(model_dir)
-    bandwidth = peers.memory_bandwidth_gbs()
-    out = {"results": results, "ablation": ablation, "rss_mb": rss, "rss_after_run_mb": rss_run,
-           "memory_ablation": memory, "skipped": skipped, "bytes_per_token": bound,
-           "bandwidth_gbs": bandwidth, "paths": paths.__dict__, "sentences": len(rows)}
-    path = report.write_json(Path(run_dir) / RESULTS, out)
+    out = {
+        "results": results,
+        "ablation": ablation,
+        "rss_mb": rss,
+        "rss_after_run_mb": rss_run,
+        "memory_ablation": ablations.memory_ablation(tuned),
+        "skipped": skipped,
+        "bytes_per_token": bytes_per_token(model_dir),
+        "bandwidth_gbs": memory_bandwidth_gbs(),
+        "paths": paths.__dict__,
+        "sentences": len(rows),
+        "tokens": headline_tokens(b["tokens"]),
+    }
+    path = write_json(Path(run_dir) / RESULTS, out)
     return {**out, "path": str(path)}
+
+
+def headline_tokens(lengths: list[int]) -> int:
+    """The forced length the headline ratios are read at: HEADLINE_TOKENS if measured, else the shortest."""
+    return HEADLINE_TOKENS if HEADLINE_TOKENS in lengths else min(lengths)
 
 
 def _headline(results: list[dict[str, Any]], tokens: int, ratio: Callable[[dict, dict], Any]) -> dict[str, Any]:
     """`ratio(slow, fast)` of each headline pair at 1 thread, `tokens` new tokens (None where one is missing)."""
+
     def pick(engine: str, batch: int, beams: int) -> dict[str, Any] | None:
         name = peers.Config(batch, beams, 1, tokens).name
         return next((r for r in results if r["engine"] == engine and r["config"] == name), None)
@@ -76,24 +122,130 @@ def _headline(results: list[dict[str, Any]], tokens: int, ratio: Callable[[dict,
 
 
 def ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, float | None]:
-    """The issue's headline ratios (ratio of medians) at 1 thread, `tokens` new tokens, batch 1 and 8: greedy,
-    and beam 4 (`_beam4`)."""
+    """The headline ratios (ratio of medians) at 1 thread, `tokens` new tokens, batch 1 and 8: greedy, and beam 4
+    (`_beam4`)."""
     return _headline(results, tokens, lambda slow, fast: round(slow["median_ms"] / fast["median_ms"], 2))
 
 
 def paired_ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, dict[str, float] | None]:
-    """The same ratios repetition by repetition (repetition i of both engines ran seconds apart, so the machine's
-    minute-to-minute drift mostly cancels): median, min and max over the repetitions."""
-    def paired(slow: dict, fast: dict) -> dict[str, float] | None:
-        if "times_ms" not in slow or "times_ms" not in fast:
-            return None
-        each = np.array(slow["times_ms"]) / np.array(fast["times_ms"])
-        return {"median": round(float(np.median(each)), 2), "min": round(float(each.min()), 2),
-                "max": round(float(each.max()), 2)}
-
-    return _headline(results, tokens, paired)
+    """The same ratios repetition by repetition (timing.paired_ratio): median, min and max over the repetitions."""
+    return _headline(results, tokens, lambda slow, fast: paired_ratio(slow.get("times_ms"), fast.get("times_ms")))
 
 
-TARGETS = {**{f"int8_vs_pt_fp32_b{b}{s}": 4.0 for b in (1, 8) for s in ("", "_beam4")},
-           **{f"int8_vs_ct2_int8_b{b}{s}": 1.15 for b in (1, 8) for s in ("", "_beam4")},
-           "fp32_vs_optimum_fp32_b1": 1.0}
+def targets(results: list[dict[str, Any]], tokens: int) -> list[dict[str, Any]]:
+    """Each headline ratio against its target: measured (ratio of medians), met, and the per-repetition spread."""
+    headline, paired = ratios(results, tokens), paired_ratios(results, tokens)
+    return [
+        {
+            "ratio": key,
+            "measured": value,
+            "target": TARGETS[key],
+            "met": value is not None and value >= TARGETS[key],
+            **{f"per repetition: {k}": (paired[key] or {}).get(k) for k in ("median", "min", "max")},
+        }
+        for key, value in headline.items()
+    ]
+
+
+def bytes_per_token(model_dir: str | Path) -> dict[str, Any]:
+    """Weights a decoding step must read at batch 1 (decoder layers without the cached cross K/V projections,
+    plus the whole lm_head), and what that is in fp32 and int8 bytes."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    d, ffn, layers, vocab = config["d_model"], config["decoder_ffn_dim"], config["decoder_layers"], config["vocab_size"]
+    per_layer = 4 * d * d + 2 * d * d + 2 * d * ffn  # self q,k,v,o; cross q,o; FFN in and out
+    decoder, lm_head = layers * per_layer, vocab * d
+    return {
+        "decoder_weights": decoder,
+        "lm_head_weights": lm_head,
+        "weights_per_token": decoder + lm_head,
+        "fp32_mb": round((decoder + lm_head) * 4 / 2**20, 1),
+        "int8_mb": round((decoder + lm_head) / 2**20, 1),
+    }
+
+
+def memory_bandwidth_gbs(megabytes: int = 512) -> float:
+    """Sustained read bandwidth of this machine, from a large numpy reduction (GB/s, median of 5)."""
+    array = np.ones(megabytes * 2**20 // 8, dtype=np.float64)
+    return round(array.nbytes / (timed(array.sum, warmup=0, repeats=5)["median_ms"] / 1000) / 1e9, 2)
+
+
+def bound_table(result: dict[str, Any], tokens: int) -> list[dict[str, Any]]:
+    """Per engine at batch 1 greedy: bytes read per token, the bandwidth bound, the measured ms per token, and
+    the fraction of the bound reached (1 = as fast as reading the weights once per step allows)."""
+    bound, rows = result["bytes_per_token"], []
+    for engine in ("mtonnx-fp32", "mtonnx-int8", "ct2-fp32", "ct2-int8", "pytorch-fp32"):
+        row = next(
+            (
+                r
+                for r in result["results"]
+                if r["engine"] == engine and r["config"] == peers.Config(1, 1, 1, tokens).name
+            ),
+            None,
+        )
+        if row is None:
+            continue
+        nbytes = bound["weights_per_token"] * (1 if engine.endswith("int8") else 4)
+        bound_ms = nbytes / (result["bandwidth_gbs"] * 1e9) * 1000
+        measured_ms = row["median_ms"] / tokens
+        rows.append(
+            {
+                "engine": engine,
+                "MB read per token": round(nbytes / 2**20, 2),
+                "bound ms/token": round(bound_ms, 3),
+                "measured ms/token": round(measured_ms, 3),
+                "fraction of bound": round(bound_ms / measured_ms, 3),
+            }
+        )
+    return rows
+
+
+def metrics(result: dict[str, Any]) -> dict[str, Any]:
+    """What a run records under `bench.` (notebook 07 and `mtonnx bench`); keys never depend on the params."""
+    tokens = result["tokens"]
+    fraction = {r["engine"]: r["fraction of bound"] for r in bound_table(result, tokens)}
+    return {
+        "results": [
+            {
+                k: r[k]
+                for k in (
+                    "engine",
+                    "config",
+                    "batch",
+                    "beams",
+                    "threads",
+                    "tokens",
+                    "median_ms",
+                    "min_ms",
+                    "max_ms",
+                    "times_ms",
+                    "speedup_vs_pytorch_fp32",
+                )
+            }
+            for r in result["results"]
+        ],
+        "rss_mb": result["rss_mb"],
+        "rss_after_run_mb": result["rss_after_run_mb"],
+        "ratio": ratios(result["results"], tokens),
+        "ratio_per_repetition": paired_ratios(result["results"], tokens),
+        "targets": {t["ratio"]: t["met"] for t in targets(result["results"], tokens)},
+        "bandwidth_gbs": result["bandwidth_gbs"],
+        "bound_fraction_b1": fraction.get("mtonnx-int8"),
+        "headline_tokens": tokens,
+        "skipped": result["skipped"],
+        "ablation": [
+            {
+                k: r[k]
+                for k in (
+                    "step",
+                    "batch",
+                    "beams",
+                    "median_ms",
+                    "speedup_vs_previous",
+                    "same_tokens_as_previous",
+                    "kept",
+                )
+            }
+            for r in result["ablation"]
+        ],
+        "memory_ablation": {r["step"]: r["rss_mb"] for r in result["memory_ablation"]},
+    }

@@ -9,17 +9,16 @@ pool, and several in one process fight over 2 vCPUs).
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-ENGINES = ("pytorch-fp32", "pytorch-int8", "optimum-fp32", "mtonnx-fp32", "mtonnx-int8", "ct2-fp32", "ct2-int8")
+from mtonnx.measure.timing import interleaved
+from mtonnx.runtime import layout
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,7 @@ class Config:
 
     @property
     def name(self) -> str:
+        """b<batch>_beam<beams>_t<threads>_n<tokens>."""
         return f"b{self.batch}_beam{self.beams}_t{self.threads}_n{self.tokens}"
 
 
@@ -43,30 +43,43 @@ class Paths:
     model_dir: str
     fp32_export: str
     int8_variant: str  # notebook 06's recipe, the ablation's starting point
-    fp32_tuned: str  # what mtonnx-fp32 and mtonnx-int8 load (tuning.py)
+    fp32_tuned: str  # what mtonnx-fp32 and mtonnx-int8 load (variants.tuned)
     int8_tuned: str
     optimum_dir: str
     ct2_fp32: str
     ct2_int8: str
 
 
-def prepare(model_dir: str | Path, work_dir: str | Path, exporter: str = "dynamo", opset: int = 18,
-            ct2: bool = True) -> Paths:
+def prepare(
+    model_dir: str | Path, work_dir: str | Path, exporter: str = "dynamo", opset: int = 18, ct2: bool = True
+) -> Paths:
     """Build whatever is missing: the hand export, the int8 variant, the tuned fp32 and int8 variants,
     optimum's export, CTranslate2 models."""
-    from mtonnx import export, optimum_export, quantize, tuning
+    from mtonnx.export.manual import export_manual
+    from mtonnx.export.optimum import export_optimum
+    from mtonnx.variants.build import build_variant
+    from mtonnx.variants.transforms import dynamic_int8
+    from mtonnx.variants.tuned import build_tuned
 
     work = Path(work_dir)
-    if not (work / "export_manual" / "decoder_with_past_model.onnx").is_file():
-        export.export_manual(model_dir, work / "export_manual", exporter=exporter, opset=opset)
-    if not (work / "variants" / "int8" / "decoder_with_past_model.onnx").is_file():
-        quantize.build_variant("int8", work / "export_manual", work / "variants" / "int8", quantize.dynamic_int8(),
-                               {"name": "int8"})
-    tuned = tuning.build_tuned(work / "export_manual", work)
-    paths = Paths(str(model_dir), str(work / "export_manual"), str(work / "variants" / "int8"), tuned["fp32-tuned"],
-                  tuned["int8-tuned"], str(work / "export_optimum"), str(work / "ct2" / "fp32"), str(work / "ct2" / "int8"))
-    if not (Path(paths.optimum_dir) / "decoder_with_past_model.onnx").is_file():
-        optimum_export.export_optimum(model_dir, paths.optimum_dir)
+    manual, int8, optimum = work / "export_manual", work / "variants" / "int8", work / "export_optimum"
+    if not (manual / layout.DECODER_WITH_PAST).is_file():
+        export_manual(model_dir, manual, exporter=exporter, opset=opset)
+    if not (int8 / layout.DECODER_WITH_PAST).is_file():
+        build_variant("int8", manual, int8, dynamic_int8(), {"name": "int8"})
+    tuned = build_tuned(manual, work)
+    paths = Paths(
+        str(model_dir),
+        str(manual),
+        str(int8),
+        tuned["fp32-tuned"],
+        tuned["int8-tuned"],
+        str(optimum),
+        str(work / "ct2" / "fp32"),
+        str(work / "ct2" / "int8"),
+    )
+    if not (optimum / layout.DECODER_WITH_PAST).is_file():
+        export_optimum(model_dir, optimum)
     for target, quantization in ((paths.ct2_fp32, "float32"), (paths.ct2_int8, "int8")) if ct2 else ():
         if not (Path(target) / "model.bin").is_file():
             from ctranslate2.converters import TransformersConverter
@@ -88,7 +101,7 @@ class Engine:
     def _load_pytorch(self) -> None:
         import torch
 
-        from mtonnx.models import load_pretrained
+        from mtonnx.sources.models import load_pretrained
 
         torch.set_num_threads(self.threads)
         self.model, _ = load_pretrained(self.paths.model_dir)
@@ -102,8 +115,9 @@ class Engine:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.model = ORTModelForSeq2SeqLM.from_pretrained(self.paths.optimum_dir, use_cache=True,
-                                                          session_options=options, provider="CPUExecutionProvider")
+        self.model = ORTModelForSeq2SeqLM.from_pretrained(
+            self.paths.optimum_dir, use_cache=True, session_options=options, provider="CPUExecutionProvider"
+        )
 
     def _load_mtonnx(self) -> None:
         from mtonnx.runtime import SessionSettings, Translator
@@ -111,8 +125,9 @@ class Engine:
 
         int8 = self.precision == "int8"
         settings = SessionSettings(threads=self.threads, **(INT8_SESSION if int8 else FP32_SESSION))
-        self.model = Translator(self.paths.int8_tuned if int8 else self.paths.fp32_tuned, decoder="auto",
-                                session=settings)
+        self.model = Translator(
+            self.paths.int8_tuned if int8 else self.paths.fp32_tuned, decoder="auto", session=settings
+        )
 
     def _load_ct2(self) -> None:
         import ctranslate2
@@ -120,8 +135,13 @@ class Engine:
         from mtonnx.runtime import MarianSpmTokenizer
 
         directory = self.paths.ct2_int8 if self.precision == "int8" else self.paths.ct2_fp32
-        self.model = ctranslate2.Translator(directory, device="cpu", intra_threads=self.threads, inter_threads=1,
-                                            compute_type="int8" if self.precision == "int8" else "float32")
+        self.model = ctranslate2.Translator(
+            directory,
+            device="cpu",
+            intra_threads=self.threads,
+            inter_threads=1,
+            compute_type="int8" if self.precision == "int8" else "float32",
+        )
         tokenizer = MarianSpmTokenizer(self.paths.fp32_export)
         self.pieces = tokenizer.decoder
 
@@ -129,8 +149,9 @@ class Engine:
         """Generate; returns the number of generated tokens (to check that lengths were really forced)."""
         if self.kind == "ct2":
             source = [[self.pieces[i] for i in row] for row in rows]
-            out = self.model.translate_batch(source, beam_size=beams, max_decoding_length=tokens,
-                                             min_decoding_length=tokens, num_hypotheses=1)
+            out = self.model.translate_batch(
+                source, beam_size=beams, max_decoding_length=tokens, min_decoding_length=tokens, num_hypotheses=1
+            )
             return sum(len(r.hypotheses[0]) for r in out)
         from mtonnx.runtime.tokenizer import pad
 
@@ -141,97 +162,106 @@ class Engine:
         import torch
 
         with torch.no_grad():
-            out = self.model.generate(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
-                                      num_beams=beams, max_new_tokens=tokens, min_new_tokens=tokens)
+            out = self.model.generate(
+                input_ids=torch.from_numpy(ids),
+                attention_mask=torch.from_numpy(mask),
+                num_beams=beams,
+                max_new_tokens=tokens,
+                min_new_tokens=tokens,
+            )
         return int((out[:, 1:] != self.pad_id).sum())
 
 
-def run_configs(engines: list[str], paths: Paths, configs: list[Config], rows: list[list[int]], warmup: int,
-                repeats: int) -> list[dict[str, Any]]:
+def run_configs(
+    engines: list[str], paths: Paths, configs: list[Config], rows: list[list[int]], warmup: int, repeats: int
+) -> list[dict[str, Any]]:
     """Measure every engine x config in this process, repetitions interleaved across engines."""
     results = []
     for threads in sorted({c.threads for c in configs}):
         loaded = {name: Engine(name, paths, threads) for name in engines}
         for config in [c for c in configs if c.threads == threads]:
             batch = (rows * config.batch)[: config.batch]
-            times: dict[str, list[float]] = {name: [] for name in loaded}
-            generated: dict[str, int] = {}
-            for name, engine in loaded.items():
-                for _ in range(warmup):
-                    engine.run(batch, config.beams, config.tokens)
-            for _ in range(repeats):
-                for name, engine in loaded.items():
-                    start = time.perf_counter()
-                    generated[name] = engine.run(batch, config.beams, config.tokens)
-                    times[name].append((time.perf_counter() - start) * 1000)
-            for name, series in times.items():
-                median = float(np.median(series))
-                results.append({"engine": name, "config": config.name, **asdict(config),
-                                "median_ms": round(median, 2), "min_ms": round(min(series), 2),
-                                "max_ms": round(max(series), 2), "repeats": repeats,
-                                "times_ms": [round(t, 2) for t in series],  # in order: repetition i of every engine ran together
-                                "generated_tokens": generated[name],
-                                "tokens_per_s": round(config.batch * config.tokens / (median / 1000), 1)})
+            timed = interleaved(
+                {
+                    name: functools.partial(engine.run, batch, config.beams, config.tokens)
+                    for name, engine in loaded.items()
+                },
+                warmup,
+                repeats,
+            )
+            for name, t in timed.items():
+                results.append(
+                    {
+                        "engine": name,
+                        "config": config.name,
+                        **asdict(config),
+                        **{k: t[k] for k in ("median_ms", "min_ms", "max_ms", "repeats", "times_ms")},
+                        "generated_tokens": t["result"],
+                        "tokens_per_s": round(config.batch * config.tokens / (t["median_ms"] / 1000), 1),
+                    }
+                )
     return results
 
 
-def measure(engines: list[str], paths: Paths, configs: list[Config], rows: list[list[int]], warmup: int = 1,
-            repeats: int = 5) -> list[dict[str, Any]]:
+def measure_engines(
+    engines: list[str], paths: Paths, configs: list[Config], rows: list[list[int]], warmup: int = 1, repeats: int = 5
+) -> list[dict[str, Any]]:
     """1-thread configs in this process; multi-thread configs one engine per fresh process."""
     single = [c for c in configs if c.threads == 1]
     results = run_configs(engines, paths, single, rows, warmup, repeats) if single else []
     multi = [c for c in configs if c.threads > 1]
     for name in engines if multi else []:
-        payload = json.dumps({"engines": [name], "paths": asdict(paths), "configs": [asdict(c) for c in multi],
-                              "rows": rows, "warmup": warmup, "repeats": repeats})
-        done = subprocess.run([sys.executable, "-m", "mtonnx.peers"], input=payload, capture_output=True, text=True,
-                              check=True)
+        payload = json.dumps(
+            {
+                "engines": [name],
+                "paths": asdict(paths),
+                "configs": [asdict(c) for c in multi],
+                "rows": rows,
+                "warmup": warmup,
+                "repeats": repeats,
+            }
+        )
+        done = subprocess.run(
+            [sys.executable, "-m", "mtonnx.measure.peers"], input=payload, capture_output=True, text=True, check=True
+        )
         results += json.loads(done.stdout.strip().splitlines()[-1])
     baseline = {r["config"]: r["median_ms"] for r in results if r["engine"] == "pytorch-fp32"}
     for r in results:
-        r["speedup_vs_pytorch_fp32"] = round(baseline[r["config"]] / r["median_ms"], 2) if r["config"] in baseline else None
+        r["speedup_vs_pytorch_fp32"] = (
+            round(baseline[r["config"]] / r["median_ms"], 2) if r["config"] in baseline else None
+        )
     return results
 
 
-def rss_after_load(engines: list[str], paths: Paths, run: tuple[list[list[int]], int, int] | None = None
-                   ) -> dict[str, float]:
+def rss_after_load(
+    engines: list[str], paths: Paths, run: tuple[list[list[int]], int, int] | None = None
+) -> dict[str, float]:
     """Resident memory (MB) of a fresh process after loading each engine (1 thread), and, with `run` =
     (rows, beams, tokens), after one generation too: mapped weights count once their pages are read."""
-    from mtonnx.bench import import_cost
+    from mtonnx.measure.probe import import_cost
 
     then = f"engine.run({run[0]!r}, {run[1]}, {run[2]})" if run else "engine"
-    return {name: import_cost(f"from mtonnx.peers import Engine, Paths\n"
-                              f"engine = Engine({name!r}, Paths(**{asdict(paths)!r}), 1)\n{then}", repeats=1)["rss_mb"]
-            for name in engines}
-
-
-def bytes_per_token(model_dir: str | Path) -> dict[str, Any]:
-    """Weights a decoding step must read at batch 1 (decoder layers without the cached cross K/V projections,
-    plus the whole lm_head), and what that is in fp32 and int8 bytes."""
-    config = json.loads((Path(model_dir) / "config.json").read_text())
-    d, ffn, layers, vocab = config["d_model"], config["decoder_ffn_dim"], config["decoder_layers"], config["vocab_size"]
-    per_layer = 4 * d * d + 2 * d * d + 2 * d * ffn  # self q,k,v,o; cross q,o; FFN in and out
-    decoder, lm_head = layers * per_layer, vocab * d
-    return {"decoder_weights": decoder, "lm_head_weights": lm_head, "weights_per_token": decoder + lm_head,
-            "fp32_mb": round((decoder + lm_head) * 4 / 2**20, 1), "int8_mb": round((decoder + lm_head) / 2**20, 1)}
-
-
-def memory_bandwidth_gbs(megabytes: int = 512) -> float:
-    """Sustained read bandwidth of this machine, from a large numpy reduction (GB/s, median of 5)."""
-    array = np.ones(megabytes * 2**20 // 8, dtype=np.float64)
-    times = []
-    for _ in range(5):
-        start = time.perf_counter()
-        array.sum()
-        times.append(time.perf_counter() - start)
-    return round(array.nbytes / float(np.median(times)) / 1e9, 2)
+    return {
+        name: import_cost(
+            f"from mtonnx.measure.peers import Engine, Paths\n"
+            f"engine = Engine({name!r}, Paths(**{asdict(paths)!r}), 1)\n{then}",
+            repeats=1,
+        )["rss_mb"]
+        for name in engines
+    }
 
 
 def main() -> int:
     """Subprocess entry: read a JSON job on stdin, print the results as JSON."""
     job = json.loads(sys.stdin.read())
-    results = run_configs(job["engines"], Paths(**job["paths"]), [Config(**c) for c in job["configs"]], job["rows"],
-                          job["warmup"], job["repeats"])
+    results = run_configs(
+        job["engines"],
+        Paths(**job["paths"]),
+        [Config(**c) for c in job["configs"]],
+        job["rows"],
+        job["warmup"],
+        job["repeats"],
+    )
     print(json.dumps(results))
     return 0
 

@@ -1,7 +1,4 @@
-"""Benchmark helpers: warm-up, repeats, median and spread; import cost measured in a fresh process.
-
-Speed is only ever measured here (notebooks and `mtonnx bench`), never asserted in unit tests.
-"""
+"""Seconds and resident memory of running some code (imports, loading a model) in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -9,28 +6,7 @@ import json
 import statistics
 import subprocess
 import sys
-import time
-from typing import Any, Callable
-
-
-def measure(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> dict[str, Any]:
-    """Run `fn` `warmup` times untimed, then `repeats` times timed; milliseconds."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    ordered = sorted(times)
-    return {
-        "median_ms": round(statistics.median(times), 2),
-        "min_ms": round(ordered[0], 2),
-        "max_ms": round(ordered[-1], 2),
-        "p90_ms": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2),
-        "repeats": repeats,
-    }
-
+from typing import Any
 
 _PROBE = """
 import ast, json, time, psutil
@@ -51,12 +27,13 @@ def import_cost(code: str, repeats: int = 3) -> dict[str, Any]:
     """Seconds and resident memory to run `code` (imports + loading) in a fresh interpreter; median of repeats.
 
     The value of a final expression (`Translator(...)`) stays alive until the memory is read: freed first, it
-    undercounts (the int8 runtime at opus-mt scale read 161 MB that way against 681 MB held).
+    would undercount what the loaded object holds.
     """
     runs = []
     for _ in range(repeats):
-        done = subprocess.run([sys.executable, "-c", _PROBE.format(code=code)], capture_output=True, text=True,
-                              check=True)
+        done = subprocess.run(
+            [sys.executable, "-c", _PROBE.format(code=code)], capture_output=True, text=True, check=True
+        )
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
     return {
         "seconds": round(statistics.median(r["seconds"] for r in runs), 3),

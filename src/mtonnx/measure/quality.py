@@ -1,7 +1,7 @@
 """Translations with any model's `generate` (PyTorch, or optimum's ORT model), and BLEU / chrF.
 
-The PyTorch outputs (token ids and text) are the baseline every later export is compared with.
-Scores use sacrebleu with tokenize="zh" (character-level for Chinese), signatures recorded.
+The PyTorch outputs (token ids and text) are the baseline every later export is compared with
+(report.baseline). Scores use sacrebleu with tokenize="zh" (character-level for Chinese), signatures recorded.
 """
 
 from __future__ import annotations
@@ -9,18 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import torch
 from sacrebleu.metrics import BLEU, CHRF
 from tqdm import tqdm
 
-from mtonnx import report
-from mtonnx.data import Pair
-from mtonnx.inspection import batch
 
-BASELINE_FILE = "baseline.json"
-
-
-@torch.no_grad()
 def translate_generate(
     model,
     tokenizer,
@@ -33,13 +25,18 @@ def translate_generate(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Translate with `model.generate` in batches (PyTorch or an ORTModel); returns hypotheses, token ids, seconds."""
+    import torch
+
+    from mtonnx.report.inspection import batch
+
     hypotheses: list[str] = []
     token_ids: list[list[int]] = []
     start = time.perf_counter()
     chunks = range(0, len(sentences), batch_size)
     for i in tqdm(chunks, desc=f"generate (beams={num_beams})", disable=not progress, leave=False):
         enc = batch(tokenizer, sentences[i : i + batch_size], source_prefix)
-        out = model.generate(**enc, num_beams=num_beams, max_new_tokens=max_new_tokens)
+        with torch.no_grad():
+            out = model.generate(**enc, num_beams=num_beams, max_new_tokens=max_new_tokens)
         token_ids += [_generated(row, model.generation_config.eos_token_id) for row in out.tolist()]
         hypotheses += tokenizer.batch_decode(out, skip_special_tokens=True)
     return {"hypotheses": hypotheses, "token_ids": token_ids, "seconds": time.perf_counter() - start}
@@ -62,32 +59,3 @@ def score(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
-
-
-def save_baseline(run_dir, pairs: list[Pair], runs: dict[str, dict], scores: dict[str, dict], params: dict) -> dict:
-    """Write baseline.json: PyTorch's token ids and text per sentence, for later notebooks to compare with."""
-    baseline = {
-        "params_hash": params["_hash"],
-        "model": params["model"],
-        "generation": params["generation"],
-        "scores": scores,
-        "items": [
-            {"id": p.id, "source": p.source, "en": p.en, "zh": p.zh,
-             **{f"{name}": run["hypotheses"][i] for name, run in runs.items()},
-             **{f"{name}_ids": run["token_ids"][i] for name, run in runs.items()}}
-            for i, p in enumerate(pairs)
-        ],
-    }
-    report.write_json(f"{run_dir}/{BASELINE_FILE}", baseline)
-    return baseline
-
-
-def load_baseline(run_dir) -> dict:
-    """The baseline notebook 01 wrote for this run; a clear error when it has not run yet."""
-    import json
-    from pathlib import Path
-
-    path = Path(run_dir) / BASELINE_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run notebook 01 first (python -m mtonnx run --only 01,...)")
-    return json.loads(path.read_text(encoding="utf-8"))

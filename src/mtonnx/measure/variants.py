@@ -8,67 +8,83 @@ variant's output against fp32's, exact-match rate), and the quality gate: a vari
 
 from __future__ import annotations
 
-import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mtonnx import bench
-from mtonnx.evaluate import score
-from mtonnx.quantize import FILES
+from mtonnx.measure.probe import import_cost
+from mtonnx.measure.quality import score
+from mtonnx.measure.timing import summary
 from mtonnx.runtime import SessionSettings, Translator
+from mtonnx.variants.build import size_mb
 
 GATE_BLEU = 0.5
 
 
-def timed_batches(translator: Translator, sources: list[str], batch_size: int, num_beams: int,
-                  max_new_tokens: int, source_prefix: str = "") -> dict[str, Any]:
-    """Translate in order-preserving batches; per-batch latency, generated tokens and the texts."""
-    latencies, tokens, texts = [], 0, []
-    for i in range(0, len(sources), batch_size):
-        ids, mask = translator.tokenizer.batch(sources[i : i + batch_size], source_prefix)
+@dataclass(frozen=True)
+class VariantBench:
+    """The sentences, references and settings every variant of a run is measured with."""
+
+    sources: list[str]
+    references: list[str]
+    max_new_tokens: int
+    session: SessionSettings = SessionSettings()
+    beam_sentences: int = 8
+    source_prefix: str = ""
+
+    def timed_batches(self, translator: Translator, sources: list[str], batch_size: int, beams: int) -> dict[str, Any]:
+        """Translate in order-preserving batches; per-batch latency (`timing.summary`), generated tokens, texts."""
+        latencies, tokens, texts = [], 0, []
+        for i in range(0, len(sources), batch_size):
+            ids, mask = translator.tokenizer.batch(sources[i : i + batch_size], self.source_prefix)
+            start = time.perf_counter()
+            out = translator.generate(ids, mask, num_beams=beams, max_new_tokens=self.max_new_tokens)
+            latencies.append((time.perf_counter() - start) * 1000)
+            tokens += sum(len(row) for row in out)
+            texts += [translator.tokenizer.decode(row) for row in out]
+        return {**summary(latencies), "tokens_per_s": round(tokens / (sum(latencies) / 1000), 1), "texts": texts}
+
+    def measure(
+        self,
+        variant_dir: str | Path,
+        fp32_texts: list[str] | None = None,
+        rss: bool = True,
+        beam_sentences: int | None = None,
+    ) -> dict[str, Any]:
+        """All measurements of one variant directory (agreement with `fp32_texts` when given)."""
+        variant_dir = Path(variant_dir)
         start = time.perf_counter()
-        out = translator.generate(ids, mask, num_beams=num_beams, max_new_tokens=max_new_tokens)
-        latencies.append((time.perf_counter() - start) * 1000)
-        tokens += sum(len(row) for row in out)
-        texts += [translator.tokenizer.decode(row) for row in out]
-    ordered = sorted(latencies)
-    return {"p50_ms": round(statistics.median(latencies), 2),
-            "p90_ms": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2),
-            "tokens_per_s": round(tokens / (sum(latencies) / 1000), 1), "texts": texts}
-
-
-def measure(variant_dir: str | Path, sources: list[str], references: list[str], *, max_new_tokens: int,
-            session: SessionSettings, beam_sentences: int = 8, fp32_texts: list[str] | None = None,
-            source_prefix: str = "", rss: bool = True) -> dict[str, Any]:
-    """All measurements of one variant directory."""
-    variant_dir = Path(variant_dir)
-    start = time.perf_counter()
-    translator = Translator(variant_dir, decoder="split", session=session)
-    load_s = time.perf_counter() - start
-    kwargs = dict(max_new_tokens=max_new_tokens, source_prefix=source_prefix)
-    translator.generate(*translator.tokenizer.batch(sources[:1], source_prefix), max_new_tokens=4)  # warm-up
-    b1 = timed_batches(translator, sources, 1, 1, **kwargs)
-    b8 = timed_batches(translator, sources, 8, 1, **kwargs)
-    beam = timed_batches(translator, sources[:beam_sentences], 1, 4, **kwargs)
-    quality = score(b8["texts"], references)
-    row = {
-        "size_mb": round(sum((variant_dir / f).stat().st_size for f in FILES) / 2**20, 2),
-        "load_s": round(load_s, 3),
-        "p50_ms_b1": b1["p50_ms"], "p90_ms_b1": b1["p90_ms"], "p50_ms_b8": b8["p50_ms"], "p90_ms_b8": b8["p90_ms"],
-        "p50_ms_beam4_b1": beam["p50_ms"], "tokens_per_s_b8": b8["tokens_per_s"],
-        "bleu": quality["bleu"], "chrf": quality["chrf"], "bleu_signature": quality["bleu_signature"],
-        "texts": b8["texts"],
-    }
-    if fp32_texts is not None:
-        row["agree_bleu"] = score(b8["texts"], fp32_texts)["bleu"]
-        row["exact_match"] = round(float(np.mean([a == b for a, b in zip(b8["texts"], fp32_texts)])), 3)
-    if rss:
-        row["rss_mb"] = bench.import_cost(
-            f"from mtonnx.runtime import Translator; Translator({str(variant_dir)!r}, decoder='split')", repeats=1)["rss_mb"]
-    return row
+        translator = Translator(variant_dir, decoder="split", session=self.session)
+        load_s = time.perf_counter() - start
+        translator.generate(*translator.tokenizer.batch(self.sources[:1], self.source_prefix), max_new_tokens=4)
+        b1 = self.timed_batches(translator, self.sources, 1, 1)
+        b8 = self.timed_batches(translator, self.sources, 8, 1)
+        beam = self.timed_batches(translator, self.sources[: beam_sentences or self.beam_sentences], 1, 4)
+        quality = score(b8["texts"], self.references)
+        row = {
+            "size_mb": size_mb(variant_dir),
+            "load_s": round(load_s, 3),
+            "p50_ms_b1": b1["median_ms"],
+            "p90_ms_b1": b1["p90_ms"],
+            "p50_ms_b8": b8["median_ms"],
+            "p90_ms_b8": b8["p90_ms"],
+            "p50_ms_beam4_b1": beam["median_ms"],
+            "tokens_per_s_b8": b8["tokens_per_s"],
+            "bleu": quality["bleu"],
+            "chrf": quality["chrf"],
+            "bleu_signature": quality["bleu_signature"],
+            "texts": b8["texts"],
+        }
+        if fp32_texts is not None:
+            row["agree_bleu"] = score(b8["texts"], fp32_texts)["bleu"]
+            row["exact_match"] = round(float(np.mean([a == b for a, b in zip(b8["texts"], fp32_texts)])), 3)
+        if rss:
+            code = f"from mtonnx.runtime import Translator; Translator({str(variant_dir)!r}, decoder='split')"
+            row["rss_mb"] = import_cost(code, repeats=1)["rss_mb"]
+        return row
 
 
 def gate(rows: dict[str, dict[str, Any]], baseline: str = "fp32", max_loss: float = GATE_BLEU) -> dict[str, bool]:

@@ -18,19 +18,23 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from mtonnx.runtime.sessions import CROSS_ATTENTION_KEY, SELF_KEYS_KEY
-
-TUNED_STEP = "decoder_with_past_tuned.onnx"
+from mtonnx.passes.graph import consumers_and_producers, prune, replace_nodes, scalar_constants, toposort
+from mtonnx.runtime import layout
 
 
 def tuned_step(model: onnx.ModelProto) -> dict[str, Any]:
     """Both rewrites, in place, plus the metadata the runtime reads; ValueError if the graph does not match."""
-    details = {"time_major_key_layers": time_major_keys(model),
-               "shared_cross_attention_layers": shared_cross_attention(model)}
+    details = {
+        "time_major_key_layers": time_major_keys(model),
+        "shared_cross_attention_layers": shared_cross_attention(model),
+    }
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     del model.metadata_props[:]
-    for key, value in ((SELF_KEYS_KEY, "time-major"), (CROSS_ATTENTION_KEY, "per-sentence")):
+    for key, value in (
+        (layout.SELF_KEYS_KEY, layout.SELF_KEYS_TIME_MAJOR),
+        (layout.CROSS_ATTENTION_KEY, layout.CROSS_PER_SENTENCE),
+    ):
         model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
     toposort(model.graph)
     prune(model)
@@ -50,8 +54,9 @@ def time_major_keys(model: onnx.ModelProto) -> int:
     past + new without changing MLAS's summation order (from 7 positions on), and with it the tokens.
     """
     graph = model.graph
-    consumers, producers, constants = _index(graph)
-    past_keys = [i.name for i in graph.input if i.name.endswith(".decoder.key")]
+    consumers, producers = consumers_and_producers(graph)
+    constants = scalar_constants(graph)
+    past_keys = [i.name for i in graph.input if i.name.endswith(f".{layout.SELF_KEY}")]
     added, removed = [], []
     for past in past_keys:
         for shape in [n for n in consumers.get(past, []) if n.op_type == "Shape"]:  # batch / past-length reads
@@ -64,18 +69,27 @@ def time_major_keys(model: onnx.ModelProto) -> int:
             shape.attribute.extend([helper.make_attribute("start", moved), helper.make_attribute("end", moved + 1)])
         concat, transpose, scale_k, matmul = _chain(past, consumers, ("Concat", "Transpose", "Mul", "MatMul"))
         query, alpha = _query_and_alpha(matmul, scale_k, producers, constants)
-        new_key, stem = concat.input[1], past.replace("past_key_values.", "tuned.")
-        added += [helper.make_node("FusedMatMul", [query, past], [f"{stem}.scores_past"], domain="com.microsoft",
-                                   alpha=alpha, transB=1, transBatchB=1),
-                  helper.make_node("FusedMatMul", [query, new_key], [f"{stem}.scores_new"], domain="com.microsoft",
-                                   alpha=alpha, transB=1),
-                  helper.make_node("Concat", [f"{stem}.scores_past", f"{stem}.scores_new"], [matmul.output[0]],
-                                   axis=-1),
-                  helper.make_node("Identity", [new_key], [concat.output[0]])]
+        new_key, stem = concat.input[1], f"tuned.{past}"
+        added += [
+            helper.make_node(
+                "FusedMatMul",
+                [query, past],
+                [f"{stem}.scores_past"],
+                domain="com.microsoft",
+                alpha=alpha,
+                transB=1,
+                transBatchB=1,
+            ),
+            helper.make_node(
+                "FusedMatMul", [query, new_key], [f"{stem}.scores_new"], domain="com.microsoft", alpha=alpha, transB=1
+            ),
+            helper.make_node("Concat", [f"{stem}.scores_past", f"{stem}.scores_new"], [matmul.output[0]], axis=-1),
+            helper.make_node("Identity", [new_key], [concat.output[0]]),
+        ]
         removed += [concat, transpose, scale_k, matmul]
-    _replace(graph, removed, added)
+    replace_nodes(graph, removed, added)
     for value in [*graph.input, *graph.output]:
-        if value.name.endswith(".decoder.key"):
+        if value.name.endswith(f".{layout.SELF_KEY}"):
             _set_dims(value, [2, 0, 1, 3] if value in graph.input else [0, 1, None, 3])
     return len(past_keys)
 
@@ -90,10 +104,11 @@ def shared_cross_attention(model: onnx.ModelProto) -> int:
     M = 1 product per beam and head, the same as before). Beams are rows / sentences, so greedy works unchanged.
     """
     graph = model.graph
-    consumers, producers, constants = _index(graph)
-    keys = [i for i in graph.input if i.name.endswith(".encoder.key")]
+    consumers, producers = consumers_and_producers(graph)
+    constants = scalar_constants(graph)
+    keys = [i for i in graph.input if i.name.endswith(f".{layout.CROSS_KEY}")]
     if not keys:
-        raise ValueError("no encoder.key inputs")
+        raise ValueError(f"no {layout.CROSS_KEY} inputs")
     dims = keys[0].type.tensor_type.shape.dim
     heads, head_dim = dims[1].dim_value, dims[3].dim_value
     if not heads or not head_dim:
@@ -101,95 +116,45 @@ def shared_cross_attention(model: onnx.ModelProto) -> int:
     ints = {"x.minus1": -1, "x.heads": heads, "x.head_dim": head_dim, "x.one": 1}
     graph.initializer.extend(numpy_helper.from_array(np.array([v], np.int64), n) for n, v in ints.items())
     first = keys[0].name
-    added = [helper.make_node("Shape", [first], ["x.batch"], start=0, end=1),
-             helper.make_node("Shape", [first], ["x.src_len"], start=2, end=3),
-             helper.make_node("Concat", ["x.batch", "x.minus1", "x.heads", "x.head_dim"], ["x.query_shape"], axis=0),
-             helper.make_node("Concat", ["x.minus1", "x.heads", "x.one", "x.src_len"], ["x.scores_shape"], axis=0),
-             helper.make_node("Concat", ["x.batch", "x.minus1", "x.heads", "x.one", "x.src_len"], ["x.weights_shape"],
-                              axis=0),
-             helper.make_node("Concat", ["x.minus1", "x.heads", "x.one", "x.head_dim"], ["x.out_shape"], axis=0)]
+    added = [
+        helper.make_node("Shape", [first], ["x.batch"], start=0, end=1),
+        helper.make_node("Shape", [first], ["x.src_len"], start=2, end=3),
+        helper.make_node("Concat", ["x.batch", "x.minus1", "x.heads", "x.head_dim"], ["x.query_shape"], axis=0),
+        helper.make_node("Concat", ["x.minus1", "x.heads", "x.one", "x.src_len"], ["x.scores_shape"], axis=0),
+        helper.make_node(
+            "Concat", ["x.batch", "x.minus1", "x.heads", "x.one", "x.src_len"], ["x.weights_shape"], axis=0
+        ),
+        helper.make_node("Concat", ["x.minus1", "x.heads", "x.one", "x.head_dim"], ["x.out_shape"], axis=0),
+    ]
     removed = []
     for key in keys:
-        value = key.name.replace(".encoder.key", ".encoder.value")
+        value = key.name.replace(layout.CROSS_KEY, layout.CROSS_VALUE)
         transpose, scale_k, matmul = _chain(key.name, consumers, ("Transpose", "Mul", "MatMul"))
         (weighted,) = consumers.get(value, [None])
         if weighted is None or weighted.op_type != "MatMul" or weighted.input[1] != value:
             raise ValueError(f"{value}: expected MatMul(weights, value)")
         query, alpha = _query_and_alpha(matmul, scale_k, producers, constants)
-        s = key.name.replace("past_key_values.", "tuned.").replace(".encoder.key", ".cross.")
-        added += [helper.make_node("Reshape", [query, "x.query_shape"], [s + "query"]),  # [batch, beams, heads, d]
-                  helper.make_node("Transpose", [s + "query"], [s + "query_t"], perm=[0, 2, 1, 3]),
-                  helper.make_node("FusedMatMul", [s + "query_t", key.name], [s + "scores"], domain="com.microsoft",
-                                   alpha=alpha, transB=1),  # [batch, heads, beams, src_len]
-                  helper.make_node("Transpose", [s + "scores"], [s + "scores_t"], perm=[0, 2, 1, 3]),
-                  helper.make_node("Reshape", [s + "scores_t", "x.scores_shape"], [matmul.output[0]]),
-                  helper.make_node("Reshape", [weighted.input[0], "x.weights_shape"], [s + "weights"]),
-                  helper.make_node("Unsqueeze", [value, "x.one"], [s + "value"]),  # [batch, 1, heads, src_len, d]
-                  helper.make_node("MatMul", [s + "weights", s + "value"], [s + "out"]),
-                  helper.make_node("Reshape", [s + "out", "x.out_shape"], [weighted.output[0]])]
+        s = f"tuned.{key.name}."
+        added += [
+            helper.make_node("Reshape", [query, "x.query_shape"], [s + "query"]),  # [batch, beams, heads, d]
+            helper.make_node("Transpose", [s + "query"], [s + "query_t"], perm=[0, 2, 1, 3]),
+            helper.make_node(
+                "FusedMatMul", [s + "query_t", key.name], [s + "scores"], domain="com.microsoft", alpha=alpha, transB=1
+            ),  # [batch, heads, beams, src_len]
+            helper.make_node("Transpose", [s + "scores"], [s + "scores_t"], perm=[0, 2, 1, 3]),
+            helper.make_node("Reshape", [s + "scores_t", "x.scores_shape"], [matmul.output[0]]),
+            helper.make_node("Reshape", [weighted.input[0], "x.weights_shape"], [s + "weights"]),
+            helper.make_node("Unsqueeze", [value, "x.one"], [s + "value"]),  # [batch, 1, heads, src_len, d]
+            helper.make_node("MatMul", [s + "weights", s + "value"], [s + "out"]),
+            helper.make_node("Reshape", [s + "out", "x.out_shape"], [weighted.output[0]]),
+        ]
         removed += [transpose, scale_k, matmul, weighted]
-    _replace(graph, removed, added)
+    replace_nodes(graph, removed, added)
     for value in graph.input:
-        if ".encoder." in value.name:
+        if value.name.endswith(layout.CROSS):
             value.type.tensor_type.shape.dim[0].Clear()
             value.type.tensor_type.shape.dim[0].dim_param = "sentences"
     return len(keys)
-
-
-def prune(model: onnx.ModelProto) -> dict[str, int]:
-    """Remove nodes whose outputs nobody reads and initializers no node uses (ORT warns about each)."""
-    graph = model.graph
-    outputs = {o.name for o in graph.output}
-    nodes = 0
-    while True:
-        used = {i for n in graph.node for i in n.input} | outputs
-        dead = [n for n in graph.node if not any(o in used for o in n.output)]
-        if not dead:
-            break
-        for n in dead:
-            graph.node.remove(n)
-        nodes += len(dead)
-    used = {i for n in graph.node for i in n.input} | outputs
-    unused = [i for i in graph.initializer if i.name not in used]
-    for i in unused:
-        graph.initializer.remove(i)
-    return {"nodes": nodes, "initializers": len(unused)}
-
-
-def toposort(graph: onnx.GraphProto) -> None:
-    """Order the nodes so each comes after the producers of its inputs (ONNX requires it)."""
-    available = {i.name for i in graph.input} | {i.name for i in graph.initializer} | {""}
-    ordered, pending = [], list(graph.node)
-    while pending:
-        ready = [n for n in pending if all(i in available for i in n.input)]
-        if not ready:
-            raise ValueError("the graph has a cycle or a missing input")
-        for node in ready:
-            available.update(node.output)
-        ordered += ready
-        pending = [n for n in pending if n not in ready]
-    del graph.node[:]
-    graph.node.extend(ordered)
-
-
-def consumers_and_producers(graph: onnx.GraphProto) -> tuple[dict[str, list[onnx.NodeProto]],
-                                                              dict[str, onnx.NodeProto]]:
-    """Which nodes read each value, and which node writes it."""
-    consumers: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        for name in node.input:
-            consumers.setdefault(name, []).append(node)
-    return consumers, {o: n for n in graph.node for o in n.output}
-
-
-def _index(graph: onnx.GraphProto):
-    """consumers_and_producers, plus the values of scalar constants (the attention scales)."""
-    consumers, producers = consumers_and_producers(graph)
-    constants = {i.name: numpy_helper.to_array(i) for i in graph.initializer
-                 if i.data_location != onnx.TensorProto.EXTERNAL and int(np.prod(i.dims)) == 1}
-    constants.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in graph.node
-                      if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"})
-    return consumers, producers, constants
 
 
 def _chain(start: str, consumers: dict[str, list[onnx.NodeProto]], ops: tuple[str, ...]) -> list[onnx.NodeProto]:
@@ -207,17 +172,16 @@ def _chain(start: str, consumers: dict[str, list[onnx.NodeProto]], ops: tuple[st
 def _query_and_alpha(matmul: onnx.NodeProto, scale_k: onnx.NodeProto, producers, constants) -> tuple[str, float]:
     """MatMul(Mul(q, c), Mul(K^T, c)): the unscaled query and the alpha ORT's MatMulScaleFusion would use."""
     scale_q = producers.get(matmul.input[0])
-    if (matmul.input[1] != scale_k.output[0] or scale_q is None or scale_q.op_type != "Mul"
-            or scale_q.input[1] not in constants or scale_k.input[1] not in constants):
+    if (
+        matmul.input[1] != scale_k.output[0]
+        or scale_q is None
+        or scale_q.op_type != "Mul"
+        or scale_q.input[1] not in constants
+        or scale_k.input[1] not in constants
+    ):
         raise ValueError(f"{matmul.name}: the scores are not MatMul(Mul(q, c), Mul(K^T, c))")
     alpha = np.float32(1.0) * np.float32(constants[scale_q.input[1]]) * np.float32(constants[scale_k.input[1]])
     return scale_q.input[0], float(alpha)
-
-
-def _replace(graph: onnx.GraphProto, removed: list[onnx.NodeProto], added: list[onnx.NodeProto]) -> None:
-    for node in removed:
-        graph.node.remove(node)
-    graph.node.extend(added)
 
 
 def _set_dims(value: onnx.ValueInfoProto, order: list[int | None]) -> None:

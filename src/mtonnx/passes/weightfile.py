@@ -1,8 +1,8 @@
 """One weights file per variant directory: every large initializer stored once, outside the ONNX files.
 
-Why: the tied embedding table (65001 x 512 fp32, 133 MB at opus-mt scale) sits in encoder_model.onnx and again
-in decoder_with_past_model.onnx, and ORT copies every inline initializer into its own memory: the lean int8
-runtime held two copies (421 MB resident after load against 161 MB for CTranslate2 int8). ORT memory-maps
+Why: the tied embedding table (vocabulary x d_model, fp32) sits in the encoder file and again in each decoder
+file, and ORT copies every inline initializer into its own memory: the runtime held one copy per session
+(notebook 07's memory ablation measures it). ORT memory-maps
 initializers stored as external data instead of copying them, so a Gather reads only the rows it needs and the
 table costs resident memory only for the pages touched. Weights that a kernel prepacks (the integer MatMuls)
 are copied into the packed layout as before. Byte-identical tensors (the tied table, decoder_model's and
@@ -19,14 +19,16 @@ from typing import Any
 import onnx
 from onnx import numpy_helper
 
-WEIGHTS = "weights.bin"
+from mtonnx.runtime.layout import WEIGHTS
+
 ALIGN = 4096  # ORT maps external data at page-aligned offsets (Linux page size)
 MIN_BYTES = 64 * 1024  # smaller tensors stay inline: scales, biases, norms
 
 
 def externalize(directory: str | Path, min_bytes: int = MIN_BYTES) -> dict[str, Any]:
     """Move every initializer of at least `min_bytes` of each .onnx file in `directory` into one shared,
-    deduplicated, page-aligned `weights.bin`; rewrite the files in place (call it on a staging directory)."""
+    deduplicated, page-aligned weights file (layout.WEIGHTS); rewrite the files in place (call it on a staging
+    directory)."""
     directory = Path(directory)
     if (directory / WEIGHTS).exists():
         raise ValueError(f"{directory} already has {WEIGHTS}: externalize a staging copy of inline files")
@@ -56,5 +58,8 @@ def externalize(directory: str | Path, min_bytes: int = MIN_BYTES) -> dict[str, 
                     entry.key, entry.value = name, value
             onnx.save(model, str(path))
     written = sum(length for _, length in stored.values())
-    return {"weights_file_mb": round((directory / WEIGHTS).stat().st_size / 2**20, 3),
-            "tensors": len(stored), "deduplicated_mb": round((referenced - written) / 2**20, 3)}
+    return {
+        "weights_file_mb": round((directory / WEIGHTS).stat().st_size / 2**20, 3),
+        "tensors": len(stored),
+        "deduplicated_mb": round((referenced - written) / 2**20, 3),
+    }

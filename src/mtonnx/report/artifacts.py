@@ -1,20 +1,16 @@
-"""What a run leaves behind: per-notebook metrics, figures, merged metrics.json and index.html.
-
-Notebooks call `record` and `save_figure`; the runner calls `merge_metrics` and `write_index`.
-Every file is written to a temp path and moved into place, so a failed step never leaves half a file.
-"""
+"""Files a step leaves behind, never half-written: a file is written to a temp path and renamed over the
+target; a directory is built in a staging directory beside the target and moved into place when complete."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-from mtonnx.data import HSK_CREDIT
-
-METRICS_DIR, FIGURES_DIR = "metrics", "figures"
 
 
 def write_atomic(path: str | Path, content: str | bytes) -> Path:
@@ -37,73 +33,28 @@ def write_json(path: str | Path, obj: Any) -> Path:
     return write_atomic(path, json.dumps(obj, ensure_ascii=False, indent=2, default=str) + "\n")
 
 
-def record(run_dir: str | Path, section: str, metrics: dict[str, Any]) -> dict[str, Any]:
-    """Save one notebook's metrics as `metrics/<section>.json`; they appear as `<section>.<key>`."""
-    write_json(Path(run_dir) / METRICS_DIR / f"{section}.json", metrics)
-    return metrics
+@contextlib.contextmanager
+def staged_dir(target: str | Path, keep_existing: bool = False) -> Iterator[Path]:
+    """Yield an empty staging directory beside `target`; when the block ends without an error it replaces
+    `target` (or, with `keep_existing`, is dropped if `target` appeared meanwhile: a concurrent builder's
+    identical result). On any error, Ctrl-C included, the staging directory is removed and `target` is as before."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        yield tmp
+        if not (keep_existing and target.exists()):
+            replace_dir(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def recorded(run_dir: str | Path, section: str) -> dict[str, Any]:
-    """Metrics an earlier notebook of this run recorded ({} when it has not run)."""
-    path = Path(run_dir) / METRICS_DIR / f"{section}.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def save_figure(fig, run_dir: str | Path, name: str) -> Path:
-    """Save a matplotlib figure as `figures/<name>.png` (the report shows every figure there)."""
-    import io
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    return write_atomic(Path(run_dir) / FIGURES_DIR / f"{name}.png", buffer.getvalue())
-
-
-def merge_metrics(run_dir: str | Path) -> dict[str, Any]:
-    """Merge every `metrics/<section>.json` into `metrics.json` ({section: {...}})."""
-    run_dir = Path(run_dir)
-    merged = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted((run_dir / METRICS_DIR).glob("*.json"))}
-    write_json(run_dir / "metrics.json", merged)
-    return merged
-
-
-def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}: the dotted names the issues and tests use."""
-    flat: dict[str, Any] = {}
-    for key, value in metrics.items():
-        if isinstance(value, dict) and value:
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def write_index(run_dir: str | Path, notebooks: list[dict[str, Any]], env: dict[str, Any], status: str) -> Path:
-    """Render index.html: run status, notebooks with links, headline metrics, figures, environment."""
-    from jinja2 import Environment, PackageLoader, select_autoescape
-
-    run_dir = Path(run_dir)
-    metrics_path = run_dir / "metrics.json"
-    metrics = json.loads(metrics_path.read_text(encoding="utf-8")) if metrics_path.is_file() else {}
-    figures = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / FIGURES_DIR).glob("*.png"))
-    graphs = sorted(p.relative_to(run_dir).as_posix() for p in run_dir.glob("graphs/**/*") if p.suffix in (".png", ".svg"))
-    jinja = Environment(loader=PackageLoader("mtonnx", "templates"), autoescape=select_autoescape())
-    jinja.filters["fmt"] = format_value
-    html = jinja.get_template("index.html").render(
-        status=status,
-        notebooks=notebooks,
-        sections={section: flatten(values) for section, values in metrics.items()},
-        figures=figures,
-        graphs=graphs,
-        env=env,
-        credit=HSK_CREDIT,
-    )
-    return write_atomic(run_dir / "index.html", html)
-
-
-def format_value(value: Any) -> str:
-    """Short display form for a metric value."""
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, (list, tuple)) and len(value) > 8:
-        return f"[{', '.join(map(str, value[:8]))}, ... ({len(value)} items)]"
-    return str(value)
+def replace_dir(new: Path, target: Path) -> None:
+    """Move `new` to `target`; an existing target is swapped out first and deleted only afterwards."""
+    old = None
+    if target.exists():
+        old = target.with_name(f".{target.name}-old-{os.getpid()}")
+        os.replace(target, old)
+    os.replace(new, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

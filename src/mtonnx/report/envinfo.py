@@ -10,27 +10,53 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("mtonnx", "torch", "transformers", "optimum", "optimum-onnx", "onnx", "onnxruntime", "onnxscript",
-            "sentencepiece", "sacrebleu", "numpy", "papermill")
+PACKAGES = (
+    "mtonnx",
+    "torch",
+    "transformers",
+    "optimum",
+    "optimum-onnx",
+    "onnx",
+    "onnxruntime",
+    "onnxscript",
+    "sentencepiece",
+    "sacrebleu",
+    "numpy",
+    "papermill",
+)
 # CPU flags that change what ONNX Runtime and PyTorch can do fast (int8 dot products, bf16, AMX).
-CPU_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile",
-             "amx_int8", "amx_bf16", "asimd", "asimddp", "sve")
+CPU_FLAGS = (
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512_vnni",
+    "avx_vnni",
+    "avx512_bf16",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+    "asimd",
+    "asimddp",
+    "sve",
+)
 
 
 def collect(params: dict[str, Any]) -> dict[str, Any]:
-    """Everything needed to reproduce or compare a run's figures."""
+    """Everything needed to reproduce or compare a run's figures (git: of the project root the params name)."""
     import onnxruntime
     import psutil
 
     return {
-        "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "packages": {name: version_of(name) for name in PACKAGES},
         "onnxruntime_providers": onnxruntime.get_available_providers(),
         "cpu": cpu_info(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "git": git_info(Path(__file__).resolve().parent),
+        "git": git_info(Path(params.get("_root") or Path.cwd())),
         "params_file": params.get("_file"),
         "params_hash": params.get("_hash"),
         "params": {k: v for k, v in params.items() if not k.startswith("_")},
@@ -38,6 +64,7 @@ def collect(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def version_of(name: str) -> str | None:
+    """The installed version of a distribution, None when it is not installed."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -66,7 +93,8 @@ def cpu_info() -> dict[str, Any]:
 
 
 def git_info(where: Path) -> dict[str, Any]:
-    """The commit of the checkout the package runs from, and whether it has uncommitted changes."""
+    """The commit of the checkout at `where`, and whether it has uncommitted changes (None outside a checkout)."""
+
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10)

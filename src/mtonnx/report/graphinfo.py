@@ -1,4 +1,5 @@
-"""Facts read off an ONNX file without running it: node and op counts, initializer bytes, embedding copies."""
+"""Facts read off an ONNX file: node and op counts, initializer bytes, embedding copies, and what ONNX Runtime's
+own load-time optimizer does to it."""
 
 from __future__ import annotations
 
@@ -10,14 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-
-def constant_tensors(model: onnx.ModelProto) -> list[onnx.TensorProto]:
-    """Initializers plus the tensors of Constant nodes (exporters store weights either way)."""
-    tensors = list(model.graph.initializer)
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            tensors += [a.t for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
-    return tensors
+from mtonnx.passes.graph import constant_tensors
 
 
 def summary(path: str | Path, vocab_size: int, d_model: int) -> dict[str, Any]:
@@ -38,19 +32,6 @@ def summary(path: str | Path, vocab_size: int, d_model: int) -> dict[str, Any]:
     }
 
 
-def embedding_fingerprints(path: str | Path, vocab_size: int, d_model: int) -> list[str]:
-    """A hash per embedding-shaped tensor (transposed copies normalized), to see what files share."""
-    import hashlib
-
-    out = []
-    for t in constant_tensors(onnx.load(str(path))):
-        if sorted(t.dims) == sorted((vocab_size, d_model)):
-            array = numpy_helper.to_array(t)
-            array = array if array.shape == (vocab_size, d_model) else array.T
-            out.append(hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()[:12])
-    return out
-
-
 def duplicated_mb(paths: list[str | Path]) -> dict[str, float]:
     """Bytes of weights stored more than once across (and within) files: total minus unique, by content."""
     import hashlib
@@ -63,14 +44,43 @@ def duplicated_mb(paths: list[str | Path]) -> dict[str, float]:
                 continue
             total += array.nbytes
             unique[hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()] = array.nbytes
-    return {"total_mb": round(total / 2**20, 3), "unique_mb": round(sum(unique.values()) / 2**20, 3),
-            "duplicated_mb": round((total - sum(unique.values())) / 2**20, 3)}
+    return {
+        "total_mb": round(total / 2**20, 3),
+        "unique_mb": round(sum(unique.values()) / 2**20, 3),
+        "duplicated_mb": round((total - sum(unique.values())) / 2**20, 3),
+    }
 
 
 def largest_initializers(path: str | Path, count: int = 8) -> list[dict[str, Any]]:
     """The biggest constant tensors of a file: name, shape, dtype, MB."""
-    rows = [{"name": t.name or "(Constant node)", "shape": list(t.dims),
-             "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name,
-             "mb": round(numpy_helper.to_array(t).nbytes / 2**20, 3)}
-            for t in constant_tensors(onnx.load(str(path)))]
+    rows = [
+        {
+            "name": t.name or "(Constant node)",
+            "shape": list(t.dims),
+            "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name,
+            "mb": round(numpy_helper.to_array(t).nbytes / 2**20, 3),
+        }
+        for t in constant_tensors(onnx.load(str(path)))
+    ]
     return sorted(rows, key=lambda r: -r["mb"])[:count]
+
+
+def ort_fusions(path: str | Path) -> dict[str, Any]:
+    """What ONNX Runtime's own load-time optimizer (ORT_ENABLE_ALL) does to a file: op counts before/after."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory() as work:
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # the "hardware specific optimizations" notice is expected here
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.optimized_model_filepath = str(Path(work) / "optimized.onnx")
+        ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        after = Counter(n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node)
+    before = Counter(n.op_type for n in onnx.load(str(path)).graph.node)
+    return {
+        "nodes_before": sum(before.values()),
+        "nodes_after": sum(after.values()),
+        "new_ops": {op: n for op, n in after.items() if op not in before},
+    }

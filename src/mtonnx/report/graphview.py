@@ -2,7 +2,7 @@
 
 Static rendering drives Debian's Chromium (never a downloaded browser) with Playwright. Why each step:
 - Playwright's sync API cannot run inside Jupyter's event loop, so `render` runs in a subprocess
-  (`python -m mtonnx.graphview`) in its own process group, killed whole on timeout: no netron or
+  (`python -m mtonnx.report.graphview`) in its own process group, killed whole on timeout: no netron or
   Chromium outlives it;
 - netron shows a cookie dialog unless a `consent` cookie is set; it replaces `window.eval`, which
   Playwright's evaluate needs, unless an init script keeps the original; its content-security policy
@@ -28,8 +28,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # Keep the real eval reachable: netron assigns a throwing stub, which the setter ignores.
 KEEP_EVAL = """
 (() => { const original = window.eval;
@@ -59,6 +66,7 @@ def find_chromium() -> str | None:
 
 
 def free_port() -> int:
+    """A free TCP port on the loopback interface."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -75,6 +83,7 @@ def start_interactive(path: str | Path, port: int | None = None) -> tuple[str, i
 
 
 def stop_interactive(address: tuple[str, int]) -> None:
+    """Stop the netron server `start_interactive` started."""
     import netron
 
     netron.stop(address)
@@ -87,8 +96,14 @@ def _existing(path: str | Path) -> Path:
     return path
 
 
-def render(path: str | Path, out_dir: str | Path, formats: tuple[str, ...] = ("png", "svg"), timeout_s: float = 180,
-           fake_now: dt.datetime | None = None, keep_build_date: bool = False) -> dict[str, Any]:
+def render(
+    path: str | Path,
+    out_dir: str | Path,
+    formats: tuple[str, ...] = ("png", "svg"),
+    timeout_s: float = 180,
+    fake_now: dt.datetime | None = None,
+    keep_build_date: bool = False,
+) -> dict[str, Any]:
     """Render `path` with netron into `out_dir/<stem>.<format>`; returns {"file", "images", "seconds"}.
 
     `fake_now` sets the browser's clock (to check that an aged netron build still renders);
@@ -100,14 +115,26 @@ def render(path: str | Path, out_dir: str | Path, formats: tuple[str, ...] = ("p
         raise GraphViewError("Chromium is not installed (Debian: `apt-get install chromium`); graphs not rendered")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "mtonnx.graphview", str(path), str(out_dir), "--chromium", chromium,
-               "--formats", ",".join(formats), "--timeout", str(timeout_s)]
+    command = [
+        sys.executable,
+        "-m",
+        "mtonnx.report.graphview",
+        str(path),
+        str(out_dir),
+        "--chromium",
+        chromium,
+        "--formats",
+        ",".join(formats),
+        "--timeout",
+        str(timeout_s),
+    ]
     if fake_now:
         command += ["--fake-now", fake_now.isoformat()]
     if keep_build_date:
         command.append("--keep-build-date")
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout_s + 30)
     except subprocess.TimeoutExpired:
@@ -150,8 +177,15 @@ def _session(pid: int) -> int | None:
         return None
 
 
-def _render_here(path: Path, out_dir: Path, chromium: str, formats: list[str], timeout_s: float,
-                 fake_now: str | None, keep_build_date: bool) -> dict[str, Any]:
+def _render_here(
+    path: Path,
+    out_dir: Path,
+    chromium: str,
+    formats: list[str],
+    timeout_s: float,
+    fake_now: str | None,
+    keep_build_date: bool,
+) -> dict[str, Any]:
     """The subprocess side: netron server + Playwright-driven Chromium + netron's own export."""
     import netron
     from playwright.sync_api import sync_playwright
@@ -164,8 +198,9 @@ def _render_here(path: Path, out_dir: Path, chromium: str, formats: list[str], t
     try:
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
-            context = browser.new_context(bypass_csp=True, accept_downloads=True,
-                                          viewport={"width": 1600, "height": 1200})
+            context = browser.new_context(
+                bypass_csp=True, accept_downloads=True, viewport={"width": 1600, "height": 1200}
+            )
             context.add_cookies([{"name": "consent", "value": str(int(time.time() * 1000)), "url": base}])
             context.add_init_script(KEEP_EVAL)
             context.route("**/*", lambda route: _route(route, base, keep_build_date))
@@ -176,7 +211,11 @@ def _render_here(path: Path, out_dir: Path, chromium: str, formats: list[str], t
             try:
                 page.wait_for_function(READY, timeout=timeout_s * 1000)
             except Exception:
-                message = page.locator("#message-text").inner_text(timeout=1000) if page.locator("#message-text").count() else ""
+                message = (
+                    page.locator("#message-text").inner_text(timeout=1000)
+                    if page.locator("#message-text").count()
+                    else ""
+                )
                 raise GraphViewError(f"netron showed no graph{f': {message!r}' if message else ''}") from None
             previous = -1
             while (count := page.evaluate(READY)) != previous:  # until the node count holds still
@@ -207,7 +246,10 @@ def _route(route, base: str, keep_build_date: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mtonnx.graphview", description="render an ONNX graph with netron")
+    """The renderer subprocess: render one graph, print the result as JSON (exit 1 on failure)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mtonnx.report.graphview", description="render an ONNX graph with netron"
+    )
     parser.add_argument("path", type=Path)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--chromium", required=True)
@@ -217,8 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-build-date", action="store_true")
     args = parser.parse_args(argv)
     try:
-        result = _render_here(args.path, args.out_dir, args.chromium, args.formats.split(","), args.timeout,
-                              args.fake_now, args.keep_build_date)
+        result = _render_here(
+            args.path,
+            args.out_dir,
+            args.chromium,
+            args.formats.split(","),
+            args.timeout,
+            args.fake_now,
+            args.keep_build_date,
+        )
     except GraphViewError as err:
         print(err, file=sys.stderr)
         return 1

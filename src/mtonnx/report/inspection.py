@@ -41,12 +41,14 @@ def config_rows(model) -> list[dict[str, Any]]:
         if value is None:
             value = getattr(config, field, None)
         rows.append({"field": field, "value": value, "meaning for export": meaning})
-    rows.append({
-        "field": "final_logits_bias",
-        "value": f"buffer {tuple(model.final_logits_bias.shape)}, max |b| = "
-                 f"{model.final_logits_bias.abs().max().item():.3g}",
-        "meaning for export": "added to the logits after lm_head; a hand loop must keep it",
-    })
+    rows.append(
+        {
+            "field": "final_logits_bias",
+            "value": f"buffer {tuple(model.final_logits_bias.shape)}, max |b| = "
+            f"{model.final_logits_bias.abs().max().item():.3g}",
+            "meaning for export": "added to the logits after lm_head; a hand loop must keep it",
+        }
+    )
     return rows
 
 
@@ -115,30 +117,50 @@ def forward_shapes(model, tokenizer, sentences: list[str], source_prefix: str = 
     enc = batch(tokenizer, sentences, source_prefix)
     encoder_out = model.get_encoder()(**enc).last_hidden_state
     start = torch.full((len(sentences), 1), model.config.decoder_start_token_id)
-    step = model(encoder_outputs=(encoder_out,), attention_mask=enc.attention_mask, decoder_input_ids=start, use_cache=True)
+    step = model(
+        encoder_outputs=(encoder_out,), attention_mask=enc.attention_mask, decoder_input_ids=start, use_cache=True
+    )
     rows = [
-        ("encoder", "input_ids", enc.input_ids), ("encoder", "attention_mask", enc.attention_mask),
-        ("encoder", "last_hidden_state", encoder_out), ("decoder step 1", "decoder_input_ids", start),
+        ("encoder", "input_ids", enc.input_ids),
+        ("encoder", "attention_mask", enc.attention_mask),
+        ("encoder", "last_hidden_state", encoder_out),
+        ("decoder step 1", "decoder_input_ids", start),
         ("decoder step 1", "logits", step.logits),
     ]
-    return [{"stage": s, "tensor": n, "shape": tuple(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
-            for s, n, t in rows]
+    return [
+        {"stage": s, "tensor": n, "shape": tuple(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+        for s, n, t in rows
+    ]
 
 
 @torch.no_grad()
-def past_key_values_shapes(model, tokenizer, sentences: list[str], source_prefix: str = "", steps: int = 2) -> list[dict]:
+def past_key_values_shapes(
+    model, tokenizer, sentences: list[str], source_prefix: str = "", steps: int = 2
+) -> list[dict]:
     """K/V shapes per layer after each of the first `steps` decoder steps (self vs cross attention)."""
     enc = batch(tokenizer, sentences, source_prefix)
     encoder_out = model.get_encoder()(**enc)
     token = torch.full((len(sentences), 1), model.config.decoder_start_token_id)
     past, rows = None, []
     for step in range(1, steps + 1):
-        out = model(encoder_outputs=encoder_out, attention_mask=enc.attention_mask, decoder_input_ids=token,
-                    past_key_values=past, use_cache=True)
+        out = model(
+            encoder_outputs=encoder_out,
+            attention_mask=enc.attention_mask,
+            decoder_input_ids=token,
+            past_key_values=past,
+            use_cache=True,
+        )
         past = out.past_key_values
         for layer, (self_k, self_v, cross_k, cross_v) in enumerate(past.to_legacy_cache()):
-            rows.append({"step": step, "layer": layer, "self key": tuple(self_k.shape),
-                         "self value": tuple(self_v.shape), "cross key": tuple(cross_k.shape),
-                         "cross value": tuple(cross_v.shape)})
+            rows.append(
+                {
+                    "step": step,
+                    "layer": layer,
+                    "self key": tuple(self_k.shape),
+                    "self value": tuple(self_v.shape),
+                    "cross key": tuple(cross_k.shape),
+                    "cross value": tuple(cross_v.shape),
+                }
+            )
         token = out.logits[:, -1:].argmax(-1)
     return rows

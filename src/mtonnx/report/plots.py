@@ -23,8 +23,15 @@ def barh(rows: list[dict[str, Any]], label: str, value: str, title: str, xlabel:
     return fig
 
 
-def grouped_bars(rows: list[dict[str, Any]], category: str, series: list[str], title: str, ylabel: str,
-                 stacked: bool = False, log: bool = False):
+def grouped_bars(
+    rows: list[dict[str, Any]],
+    category: str,
+    series: list[str],
+    title: str,
+    ylabel: str,
+    stacked: bool = False,
+    log: bool = False,
+):
     """Bars per category (x axis), one bar per series side by side, or stacked."""
     import numpy as np
 
@@ -69,33 +76,64 @@ def decoding_flow():
         ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=9)
 
     def arrow(start, end, label, color="#333333", rad=0.0, dy=0.12, dx=0.0):
-        ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", mutation_scale=12, color=color,
-                                     connectionstyle=f"arc3,rad={rad}", lw=1.3))
-        ax.text((start[0] + end[0]) / 2 + dx, (start[1] + end[1]) / 2 + dy, label, fontsize=7.5, ha="center",
-                color=color)
+        ax.add_patch(
+            FancyArrowPatch(
+                start, end, arrowstyle="-|>", mutation_scale=12, color=color, connectionstyle=f"arc3,rad={rad}", lw=1.3
+            )
+        )
+        ax.text(
+            (start[0] + end[0]) / 2 + dx, (start[1] + end[1]) / 2 + dy, label, fontsize=7.5, ha="center", color=color
+        )
 
     arrow((1.8, 2.7), (2.4, 2.7), "ids, mask")
     arrow((4.2, 2.9), (5.0, 4.1), "encoder_hidden_states\n+ encoder_attention_mask", dy=0.3, dx=-0.9)
     arrow((4.2, 2.5), (5.0, 1.0), "encoder_attention_mask", dy=-0.3, dx=-0.9)
     ax.text(6.0, 4.95, "input_ids = decoder_start_token_id (pad)", fontsize=7.5, ha="center")
-    arrow((6.0, 3.8), (6.0, 1.4), "present.i.encoder.* -> past_key_values.i.encoder.*\n(cross K/V: computed once, reused)",
-          color="#1f78b4", dy=0.0)
+    arrow(
+        (6.0, 3.8),
+        (6.0, 1.4),
+        "present.i.encoder.* -> past_key_values.i.encoder.*\n(cross K/V: computed once, reused)",
+        color="#1f78b4",
+        dy=0.0,
+    )
     arrow((6.6, 3.8), (6.6, 1.4), "", color="#33a02c")
-    ax.text(6.7, 2.0, "present.i.decoder.*\n-> past_key_values.i.decoder.*\n(self K/V, length t-1)", fontsize=7.5,
-            color="#33a02c")
+    ax.text(
+        6.7,
+        2.0,
+        "present.i.decoder.*\n-> past_key_values.i.decoder.*\n(self K/V, length t-1)",
+        fontsize=7.5,
+        color="#33a02c",
+    )
     arrow((7.0, 4.2), (8.6, 2.9), "logits", dy=0.2)
     arrow((7.0, 0.9), (8.6, 2.5), "logits", dy=-0.3)
     arrow((9.6, 2.3), (7.0, 0.6), "input_ids (the new token only)", rad=-0.3, dy=-0.55)
-    ax.add_patch(FancyArrowPatch((5.0, 0.7), (5.0, 1.2), arrowstyle="-|>", mutation_scale=12, color="#33a02c",
-                                 connectionstyle="arc3,rad=-1.6", lw=1.3))
+    ax.add_patch(
+        FancyArrowPatch(
+            (5.0, 0.7),
+            (5.0, 1.2),
+            arrowstyle="-|>",
+            mutation_scale=12,
+            color="#33a02c",
+            connectionstyle="arc3,rad=-1.6",
+            lw=1.3,
+        )
+    )
     ax.text(3.4, 0.15, "present.i.decoder.* (grown by 1) -> next step's past", fontsize=7.5, color="#33a02c")
     ax.set_title("How the exported subgraphs connect across decoding steps", fontsize=11)
     fig.tight_layout()
     return fig
 
 
-def lines(frame, x: str, y: str, series: str, title: str, ylabel: str, spread: tuple[str, str] | None = None,
-          logy: bool = False):
+def lines(
+    frame,
+    x: str,
+    y: str,
+    series: str,
+    title: str,
+    ylabel: str,
+    spread: tuple[str, str] | None = None,
+    logy: bool = False,
+):
     """One line per value of `series` (a pandas DataFrame in long form), with an optional min-max band."""
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for name, group in frame.groupby(series, sort=False):

@@ -12,12 +12,16 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from mtonnx import envinfo, models, report
+from mtonnx.report import envinfo
+from mtonnx.report.artifacts import write_atomic, write_json
+from mtonnx.report.index import write_index
+from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, merge_metrics
+from mtonnx.sources import models
 
-NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 KERNEL = "mtonnx"
 
 
@@ -28,6 +32,18 @@ class RunFailed(RuntimeError):
 def default_models_dir() -> Path:
     """Where built models are cached: $MTONNX_MODELS_DIR, else outputs/models under the current dir."""
     return Path(os.environ.get("MTONNX_MODELS_DIR", "outputs/models")).resolve()
+
+
+def project_notebooks(params: dict[str, Any]) -> Path:
+    """The project's notebooks/ under the params' project root; one clear error when it is not there."""
+    folder = Path(params["_root"]) / "notebooks"
+    if not folder.is_dir():
+        raise RunFailed(
+            f"{folder} does not exist: the project root ({params['_root']}) must be the checkout that "
+            "holds notebooks/ and models/; set `project_root` in the params file (relative to it) or "
+            "$MTONNX_PROJECT_ROOT, or pass --notebooks"
+        )
+    return folder
 
 
 def select_notebooks(notebooks_dir: Path, only: list[str] | None = None) -> list[Path]:
@@ -67,20 +83,24 @@ def run(
     """Execute the notebooks and write the report; raises RunFailed naming the failing notebook and cell."""
     out_dir = Path(out_dir).resolve()
     models_dir = Path(models_dir).resolve() if models_dir else default_models_dir()
-    notebooks = select_notebooks(Path(notebooks_dir) if notebooks_dir else NOTEBOOKS_DIR, only)
+    notebooks = select_notebooks(Path(notebooks_dir) if notebooks_dir else project_notebooks(params), only)
     check_kernel(kernel)
     if only is None:  # a full run starts clean; a partial one keeps the other notebooks' results
-        for stale in ("notebooks", report.METRICS_DIR, report.FIGURES_DIR):
+        for stale in ("notebooks", METRICS_DIR, FIGURES_DIR):
             shutil.rmtree(out_dir / stale, ignore_errors=True)
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     env = envinfo.collect(params)
-    report.write_json(out_dir / "env.json", env)
+    write_json(out_dir / "env.json", env)
 
-    model = models.resolve(params["model"], models_dir)
+    model = models.resolve(params["model"], models_dir, params["_root"])
     log(f"model {model['name']}: {model['dir']} ({'cached' if model['cached'] else 'built'}, {model['seconds']} s)")
 
-    parameters = {"params_path": params["_file"], "run_dir": str(out_dir), "models_dir": str(models_dir),
-                  "interactive": False}
+    parameters = {
+        "params_path": params["_file"],
+        "run_dir": str(out_dir),
+        "models_dir": str(models_dir),
+        "interactive": False,
+    }
     results: list[dict[str, Any]] = []
     for i, notebook in enumerate(notebooks, 1):
         log(f"[{i}/{len(notebooks)}] {notebook.name} ...")
@@ -90,9 +110,9 @@ def run(
         if result["status"] != "ok":
             break
 
-    report.merge_metrics(out_dir)
+    merge_metrics(out_dir)
     status = "ok" if all(r["status"] == "ok" for r in results) else "failed"
-    index = report.write_index(out_dir, results, env, status)
+    index = write_index(out_dir, results, env, status)
     log(f"report: {index}")
     if status != "ok":
         failed = results[-1]
@@ -111,9 +131,13 @@ def execute(notebook: Path, out_dir: Path, parameters: dict[str, Any], kernel: s
     error = None
     try:
         papermill.execute_notebook(
-            str(notebook), str(executed), parameters={k: v for k, v in parameters.items() if k in declared},
-            kernel_name=kernel, cwd=str(out_dir),
-            progress_bar=sys.stderr.isatty(), log_output=False,
+            str(notebook),
+            str(executed),
+            parameters={k: v for k, v in parameters.items() if k in declared},
+            kernel_name=kernel,
+            cwd=str(out_dir),
+            progress_bar=sys.stderr.isatty(),
+            log_output=False,
         )
     except PapermillExecutionError as err:
         first_line = _cell_source(executed, err.exec_count).strip().splitlines()
@@ -148,4 +172,4 @@ def _to_html(notebook: Path) -> Path:
     from nbconvert import HTMLExporter
 
     body, _ = HTMLExporter(template_name="lab").from_filename(str(notebook))
-    return report.write_atomic(notebook.with_suffix(".html"), body)
+    return write_atomic(notebook.with_suffix(".html"), body)

@@ -40,6 +40,7 @@ class MarianSpmTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """Entries of vocab.json (= the logits width of a matching export)."""
         return len(self.encoder)
 
     def tokenize(self, text: str) -> list[str]:

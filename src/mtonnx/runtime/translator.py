@@ -1,31 +1,26 @@
 """`Translator`: load an export directory and translate English to Chinese with ONNX Runtime only.
 
 Accepts the hand export (notebook 02), optimum's split files, optimum's merged decoder, or a tuned variant's
-tuned or lean files (tuning.py; preferred when present); generation defaults come from the directory's
-generation_config.json, as with `generate`.
+tuned or lean files (mtonnx.variants.tuned; preferred when present): the layouts of `runtime.layout`.
+Generation defaults come from the directory's generation_config.json, as with `generate`.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 import numpy as np
+import onnxruntime as ort
 
-from mtonnx.runtime import decoding
+from mtonnx.runtime import decoding, layout
+from mtonnx.runtime.decoders import CachedDecoder, NoCacheDecoder
 from mtonnx.runtime.decoding import GenerationSettings
-from mtonnx.runtime.sessions import CachedDecoder, NoCacheDecoder, SessionSettings, make_session
+from mtonnx.runtime.layout import LAYOUTS
+from mtonnx.runtime.sessions import SessionSettings, make_session
 from mtonnx.runtime.tokenizer import MarianSpmTokenizer, pad
-
-TOKENIZER_FILES = ("vocab.json", "source.spm", "target.spm")
-LAYOUTS = {  # tuned variants (tuning.py) have tuned and lean; exports split, merged and no-cache
-    "tuned": ("encoder_model.onnx", "decoder_cross_kv.onnx", "decoder_with_past_tuned.onnx"),
-    "lean": ("encoder_model.onnx", "decoder_cross_kv.onnx", "decoder_with_past_model.onnx"),
-    "split": ("encoder_model.onnx", "decoder_model.onnx", "decoder_with_past_model.onnx"),
-    "merged": ("encoder_model.onnx", "decoder_model_merged.onnx"),
-    "no-cache": ("translation_step.onnx",),
-}
 
 
 class ModelDirError(RuntimeError):
@@ -33,13 +28,23 @@ class ModelDirError(RuntimeError):
 
 
 class Translator:
-    """Translate with an exported model directory; one session per file, shared across calls and threads."""
+    """Translate with an exported model directory; one session per file, shared across calls and threads.
 
-    def __init__(self, model_dir: str | Path, decoder: str = "auto", session: SessionSettings = SessionSettings()):
+    `wrap(file, session)` may replace each session by an object with the same `run` (calibration records the
+    feeds that way); `sessions` maps each loaded file to what the decoder runs.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        decoder: str = "auto",
+        session: SessionSettings = SessionSettings(),
+        wrap: Callable[[str, ort.InferenceSession], Any] | None = None,
+    ):
         self.dir = Path(model_dir)
         if not self.dir.is_dir():
             raise ModelDirError(f"{self.dir} is not a directory")
-        missing = [f for f in TOKENIZER_FILES if not (self.dir / f).is_file()]
+        missing = [f for f in layout.TOKENIZER_FILES if not (self.dir / f).is_file()]
         if not any((self.dir / f).is_file() for f in ("generation_config.json", "config.json")):
             missing.append("generation_config.json or config.json")
         if missing:
@@ -47,26 +52,27 @@ class Translator:
         self.layout = self._layout(decoder)
         self.tokenizer = MarianSpmTokenizer(self.dir)
         self.settings = GenerationSettings.from_dir(self.dir)
-        sessions = {f: make_session(self.dir / f, session) for f in LAYOUTS[self.layout]}
+        loaded = {f: make_session(self.dir / f, session) for f in LAYOUTS[self.layout]}
+        self._check_vocab(loaded[LAYOUTS[self.layout][-1]])
+        self.sessions = {f: wrap(f, s) for f, s in loaded.items()} if wrap else loaded
+        self.decoder = self._decoder(self.sessions)
+
+    def _decoder(self, s: dict) -> CachedDecoder | NoCacheDecoder:
         if self.layout == "no-cache":
-            self.decoder = NoCacheDecoder(sessions["translation_step.onnx"])
-        elif self.layout in ("tuned", "lean"):
-            self.decoder = CachedDecoder(sessions["encoder_model.onnx"], None, sessions[LAYOUTS[self.layout][2]],
-                                         cross_kv=sessions["decoder_cross_kv.onnx"])
-        elif self.layout == "merged":
-            self.decoder = CachedDecoder(sessions["encoder_model.onnx"], None, sessions["decoder_model_merged.onnx"])
-        else:
-            self.decoder = CachedDecoder(sessions["encoder_model.onnx"], sessions["decoder_model.onnx"],
-                                         sessions["decoder_with_past_model.onnx"])
-        self._check_vocab(sessions[LAYOUTS[self.layout][-1]])
+            return NoCacheDecoder(s[layout.TRANSLATION_STEP])
+        if self.layout in ("tuned", "lean"):
+            return CachedDecoder(s[layout.ENCODER], None, s[LAYOUTS[self.layout][2]], cross_kv=s[layout.CROSS_KV])
+        if self.layout == "merged":
+            return CachedDecoder(s[layout.ENCODER], None, s[layout.DECODER_MERGED])
+        return CachedDecoder(s[layout.ENCODER], s[layout.DECODER], s[layout.DECODER_WITH_PAST])
 
     def _layout(self, decoder: str) -> str:
         if decoder not in ("auto", *LAYOUTS):
             raise ModelDirError(f"decoder must be auto, {', '.join(LAYOUTS)}; got {decoder!r}")
-        candidates = ["tuned", "lean", "split", "merged"] if decoder == "auto" else [decoder]
-        for layout in candidates:
-            if all((self.dir / f).is_file() for f in LAYOUTS[layout]):
-                return layout
+        candidates = layout.AUTO_ORDER if decoder == "auto" else [decoder]
+        for name in candidates:
+            if all((self.dir / f).is_file() for f in LAYOUTS[name]):
+                return name
         wanted = " or ".join(" + ".join(LAYOUTS[c]) for c in candidates)
         raise ModelDirError(f"{self.dir} has no {wanted}")
 
@@ -85,8 +91,9 @@ class Translator:
         run = self.decoder.begin(input_ids, attention_mask, expand=settings.num_beams)
         return decoding.generate(run, input_ids.shape[0], settings)
 
-    def translate(self, texts: Iterable[str], batch_size: int = 8, source_prefix: str = "", progress=None,
-                  **options) -> list[str]:
+    def translate(
+        self, texts: Iterable[str], batch_size: int = 8, source_prefix: str = "", progress=None, **options
+    ) -> list[str]:
         """Translate texts in length-sorted batches (less padding); output order = input order.
 
         `progress` is called with the number of texts done after each batch.
@@ -96,7 +103,9 @@ class Translator:
         encoded = [self.tokenizer.encode(f"{source_prefix} {t}".strip()) for t in texts]
         for i, ids in enumerate(encoded):
             if len(ids) > limit:
-                warnings.warn(f"text {i} has {len(ids)} tokens; truncated to the model's maximum of {limit}")
+                warnings.warn(
+                    f"text {i} has {len(ids)} tokens; truncated to the model's maximum of {limit}", stacklevel=2
+                )
                 encoded[i] = ids[: limit - 1] + [self.tokenizer.eos_token_id]
         order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
         out: list[str] = [""] * len(texts)
@@ -108,4 +117,3 @@ class Translator:
             if progress:
                 progress(len(chunk))
         return out
-

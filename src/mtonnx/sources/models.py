@@ -4,72 +4,41 @@ Every later step loads that directory with `from_pretrained`, exactly as it woul
 model. Sources:
 - `tiny`: a seeded random MarianMTModel with opus-mt-en-zh's architecture features, tiny sizes;
 - `opus-shape`: opus-mt-en-zh's exact config with random weights (speed and size at real scale);
-- `hsk-enzh`: the small model `mtonnx train` trained from packaged data, committed under models/;
+- `hsk-enzh`: the small model `mtonnx train` trained from packaged data, committed under the project root's
+  models/ (the root comes from the params: `project_root`, or $MTONNX_PROJECT_ROOT);
 - anything else: a hub name (e.g. Helsinki-NLP/opus-mt-en-zh) or, with `path`, a local copy.
-Built models are cached under `<cache>/<name>-<recipe hash>/`, written to a temp dir first.
+Built models are cached under `<cache>/<name>-<recipe hash>/`, built in a staging directory first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from mtonnx import data
-from mtonnx.tokenizer_build import write_marian_tokenizer
+from mtonnx.report.artifacts import staged_dir
+from mtonnx.sources.marian import OPUS_MT_EN_ZH, new_marian
+from mtonnx.sources.tokenizer_build import write_marian_tokenizer
 
 REQUIRED_FILES = ("config.json", "source.spm", "target.spm", "vocab.json")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-
-# opus-mt-en-zh's config.json, the fields that shape the network and its generation defaults.
-OPUS_MT_EN_ZH: dict[str, Any] = {
-    "activation_function": "swish",
-    "d_model": 512,
-    "encoder_layers": 6,
-    "decoder_layers": 6,
-    "encoder_attention_heads": 8,
-    "decoder_attention_heads": 8,
-    "encoder_ffn_dim": 2048,
-    "decoder_ffn_dim": 2048,
-    "vocab_size": 65001,
-    "decoder_vocab_size": 65001,
-    "max_position_embeddings": 512,
-    "pad_token_id": 65000,
-    "decoder_start_token_id": 65000,
-    "eos_token_id": 0,
-    "bos_token_id": 0,
-    "forced_eos_token_id": 0,
-    "bad_words_ids": [[65000]],
-    "num_beams": 4,
-    "max_length": 512,
-    "scale_embedding": True,
-    "static_position_embeddings": True,
-    "share_encoder_decoder_embeddings": True,
-    "tie_word_embeddings": True,
-    "normalize_embedding": False,
-    "normalize_before": False,
-    "add_final_layer_norm": False,
-    "dropout": 0.1,
-    "attention_dropout": 0.0,
-    "activation_dropout": 0.0,
-    "classifier_dropout": 0.0,
-    "init_std": 0.02,
-    "use_cache": True,
-    "is_encoder_decoder": True,
-}
 
 # name -> (config overrides on OPUS_MT_EN_ZH, source/target sentencepiece sizes, pad the vocab to)
 RECIPES: dict[str, dict[str, Any]] = {
     "tiny": {
         "config": {
-            "d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
-            "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
-            "max_position_embeddings": 256, "max_length": 256,
+            "d_model": 64,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "encoder_attention_heads": 4,
+            "decoder_attention_heads": 4,
+            "encoder_ffn_dim": 128,
+            "decoder_ffn_dim": 128,
+            "max_position_embeddings": 256,
+            "max_length": 256,
             # Large random weights make outputs depend on the input, and an eos bias makes lengths vary,
             # so parity tests meet early stops, finished beams and padding, not only runs to max length.
             "init_std": 0.3,
@@ -83,9 +52,8 @@ RECIPES: dict[str, dict[str, Any]] = {
         "eos_logit_bias": 0.0,
     },
 }
-RECIPE_VERSION = 1  # bump when the build code changes what it writes
-# Models trained by `mtonnx train` and committed under models/ (the default is one of them).
-TRAINED_DIR = Path(__file__).resolve().parents[2] / "models"
+RECIPE_VERSION = 2  # bump when the build code changes what it writes
+# Models trained by `mtonnx train` and committed under <project root>/models/ (the default is one of them).
 TRAINED = ("hsk-enzh",)
 
 
@@ -93,8 +61,11 @@ class ModelSourceError(RuntimeError):
     """A model that cannot be found or loaded; str() says what to do."""
 
 
-def resolve(model_params: dict[str, Any], cache_dir: str | Path) -> dict[str, Any]:
-    """Return {"dir", "name", "source", "cached", "seconds"} for a validated `model:` block."""
+def resolve(
+    model_params: dict[str, Any], cache_dir: str | Path, project_root: str | Path | None = None
+) -> dict[str, Any]:
+    """Return {"dir", "name", "source", "cached", "seconds"} for a validated `model:` block (`project_root`: where
+    the trained models are, params["_root"])."""
     start = time.perf_counter()
     name = model_params["name"]
     if model_params.get("path"):
@@ -103,9 +74,7 @@ def resolve(model_params: dict[str, Any], cache_dir: str | Path) -> dict[str, An
         directory, cached = build(name, Path(cache_dir), seed=model_params.get("seed", 0))
         source = "built"
     elif name in TRAINED:
-        if not (TRAINED_DIR / name / "config.json").is_file():
-            raise ModelSourceError(f"trained model {TRAINED_DIR / name} is missing: run `make model` to train it")
-        directory, source, cached = check_model_dir(TRAINED_DIR / name), "trained", True
+        directory, source, cached = check_model_dir(trained_dir(name, project_root)), "trained", True
     else:
         directory, source, cached = _from_hub(name), "hub", True
     return {
@@ -115,6 +84,22 @@ def resolve(model_params: dict[str, Any], cache_dir: str | Path) -> dict[str, An
         "cached": cached,
         "seconds": round(time.perf_counter() - start, 2),
     }
+
+
+def trained_dir(name: str, project_root: str | Path | None) -> Path:
+    """<project root>/models/<name>, checked; one clear error when the root is unknown or the model missing."""
+    if project_root is None:
+        raise ModelSourceError(
+            f"model '{name}' lives under the project's models/ folder: give the project root "
+            "(params key `project_root`, or $MTONNX_PROJECT_ROOT)"
+        )
+    directory = Path(project_root) / "models" / name
+    if not (directory / "config.json").is_file():
+        raise ModelSourceError(
+            f"trained model {directory} is missing: run `make model` to train it, or point "
+            "`project_root` ($MTONNX_PROJECT_ROOT) at the checkout that holds models/"
+        )
+    return directory
 
 
 def recipe_hash(name: str, seed: int) -> str:
@@ -128,55 +113,34 @@ def build(name: str, cache_dir: Path, seed: int = 0) -> tuple[Path, bool]:
     target = cache_dir / f"{name}-{recipe_hash(name, seed)}"
     if (target / "config.json").is_file():
         return target, True
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=cache_dir))
-    try:
+    with staged_dir(target, keep_existing=True) as tmp:  # a concurrent builder's identical result may be there
         build_random_marian(tmp, RECIPES[name], seed)
-        os.replace(tmp, target)  # atomic: a concurrent builder's identical result may already be there
-    except OSError:
-        if not (target / "config.json").is_file():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target, False
 
 
 def build_random_marian(out_dir: Path, recipe: dict[str, Any], seed: int) -> dict[str, Any]:
     """Write tokenizer files and a seeded random-weight MarianMTModel into `out_dir`."""
     import torch
-    from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
     train = data.hsk_split("train")
     vocab = write_marian_tokenizer(
-        out_dir, [p.en for p in train], [p.zh for p in train], **recipe["spm"],
+        out_dir,
+        [p.en for p in train],
+        [p.zh for p in train],
+        **recipe["spm"],
         model_max_length=recipe["config"].get("max_position_embeddings", 512),
     )
-    fields = {**OPUS_MT_EN_ZH, **recipe["config"]}
-    pad = vocab["vocab_size"] - 1
-    fields.update(
-        vocab_size=vocab["vocab_size"], decoder_vocab_size=vocab["vocab_size"], pad_token_id=pad,
-        decoder_start_token_id=pad, bad_words_ids=[[pad]],
-    )
-    generation_keys = ("bad_words_ids", "num_beams", "max_length", "forced_eos_token_id")
-    config = MarianConfig(**{k: v for k, v in fields.items() if k not in generation_keys})
-    config.architectures = ["MarianMTModel"]
-    torch.manual_seed(seed)
-    model = MarianMTModel(config).eval()
+    model = new_marian(recipe["config"], vocab["vocab_size"], seed).eval()
     with torch.no_grad():
         # Non-zero so that an export or a decoding loop that drops final_logits_bias is caught.
         model.final_logits_bias.normal_(0.0, 0.5)
-        model.final_logits_bias[0, fields["eos_token_id"]] += recipe["eos_logit_bias"]
-    model.generation_config = GenerationConfig(
-        bos_token_id=0, eos_token_id=0, pad_token_id=pad, decoder_start_token_id=pad,
-        forced_eos_token_id=0, bad_words_ids=[[pad]], num_beams=fields["num_beams"],
-        max_length=fields["max_length"],
-    )
+        model.final_logits_bias[0, model.config.eos_token_id] += recipe["eos_logit_bias"]
     model.save_pretrained(out_dir)
+    c = model.config
     (out_dir / "README.md").write_text(
-        f"# Random-weight Marian ({fields['d_model']}d, {fields['encoder_layers']}+{fields['decoder_layers']} "
-        f"layers, vocab {vocab['vocab_size']})\n\nBuilt by mtonnx (seed {seed}); weights are random, so "
-        "translations are noise. Tokenizers trained on the HSK train split of hsk-sentences-audio "
-        "(CC-BY-SA-4.0).\n",
+        f"# Random-weight Marian ({c.d_model}d, {c.encoder_layers}+{c.decoder_layers} layers, vocab {c.vocab_size})"
+        f"\n\nBuilt by mtonnx (random seed {seed}); weights are random, so translations are noise. Tokenizers "
+        "trained on the HSK train split of hsk-sentences-audio (CC-BY-SA-4.0).\n",
         encoding="utf-8",
     )
     return vocab
@@ -226,8 +190,8 @@ def _from_hub(name: str) -> Path:
         raise ModelSourceError(
             f"model '{name}' is not in the local Hugging Face cache and the hub could not be reached "
             f"({type(err).__name__}: {reason}). Fix: on a machine with internet access run "
-            f"`python -c \"from transformers import MarianMTModel, MarianTokenizer as T; "
+            f'`python -c "from transformers import MarianMTModel, MarianTokenizer as T; '
             f"m='{name}'; d='{name.split('/')[-1]}'; MarianMTModel.from_pretrained(m).save_pretrained(d); "
-            f"T.from_pretrained(m).save_pretrained(d)\"`, copy that folder here and set `model.path` "
+            f'T.from_pretrained(m).save_pretrained(d)"`, copy that folder here and set `model.path` '
             "to it in your params file."
         ) from None

@@ -5,7 +5,8 @@ default model: the HSK sentence pairs of `hsk-sentences-audio` (train split only
 by the same hash split the eval sets use) plus the package's per-word glosses as lexicon pairs. The loop
 is hand-written (a Trainer would hide the lesson and add dependencies): label smoothing, warm-up +
 inverse-sqrt learning rate, length-bucketed batches, periodic dev BLEU, the best checkpoint kept, a
-wall-clock budget, deterministic given the seed, written to a temp dir and moved into place at the end.
+wall-clock budget, deterministic given the recipe's random seed, built in a staging directory and moved into
+place at the end.
 """
 
 from __future__ import annotations
@@ -14,25 +15,30 @@ import copy
 import hashlib
 import json
 import math
-import os
 import random
 import re
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from mtonnx import data
-from mtonnx.models import OPUS_MT_EN_ZH
-from mtonnx.tokenizer_build import write_marian_tokenizer
+from mtonnx.report.artifacts import staged_dir
+from mtonnx.sources.marian import new_marian
+from mtonnx.sources.tokenizer_build import write_marian_tokenizer
 
 RECIPE: dict[str, Any] = {
     "version": 1,
     "data": {"glosses": True, "gloss_max_words": 3},
     "spm": {"source_vocab": 2000, "target_vocab": 2500},
-    "model": {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "attention_heads": 4, "ffn_dim": 1024,
-              "dropout": 0.1, "max_position_embeddings": 128},
+    "model": {
+        "d_model": 256,
+        "encoder_layers": 3,
+        "decoder_layers": 3,
+        "attention_heads": 4,
+        "ffn_dim": 1024,
+        "dropout": 0.1,
+        "max_position_embeddings": 128,
+    },
     "optim": {"batch_size": 64, "lr": 1e-3, "warmup_steps": 400, "label_smoothing": 0.1, "clip": 1.0},
     "eval": {"every_steps": 500, "dev_sentences": 200, "max_new_tokens": 48},
     "seed": 0,
@@ -86,28 +92,27 @@ def gloss_baseline(sources: list[str], max_words: int) -> list[str]:
 
 def build_model(out_dir: Path, recipe: dict[str, Any], pairs: list[tuple[str, str]]):
     """Tokenizer files into out_dir and a fresh seeded MarianMTModel with the real model's features."""
-    import torch
-    from transformers import GenerationConfig, MarianConfig, MarianMTModel
-
-    vocab = write_marian_tokenizer(out_dir, [en for en, _ in pairs], [zh for _, zh in pairs], **recipe["spm"],
-                                   model_max_length=recipe["model"]["max_position_embeddings"])
-    m, pad = recipe["model"], vocab["vocab_size"] - 1
-    fields = {**OPUS_MT_EN_ZH, "d_model": m["d_model"], "encoder_layers": m["encoder_layers"],
-              "decoder_layers": m["decoder_layers"], "encoder_attention_heads": m["attention_heads"],
-              "decoder_attention_heads": m["attention_heads"], "encoder_ffn_dim": m["ffn_dim"],
-              "decoder_ffn_dim": m["ffn_dim"], "dropout": m["dropout"],
-              "max_position_embeddings": m["max_position_embeddings"], "vocab_size": vocab["vocab_size"],
-              "decoder_vocab_size": vocab["vocab_size"], "pad_token_id": pad, "decoder_start_token_id": pad}
-    for key in ("bad_words_ids", "num_beams", "max_length"):
-        fields.pop(key)
-    config = MarianConfig(**fields)
-    config.architectures = ["MarianMTModel"]
-    torch.manual_seed(recipe["seed"])
-    model = MarianMTModel(config)
-    model.generation_config = GenerationConfig(
-        bos_token_id=0, eos_token_id=0, pad_token_id=pad, decoder_start_token_id=pad, forced_eos_token_id=0,
-        bad_words_ids=[[pad]], num_beams=4, max_length=m["max_position_embeddings"])
-    return model
+    vocab = write_marian_tokenizer(
+        out_dir,
+        [en for en, _ in pairs],
+        [zh for _, zh in pairs],
+        **recipe["spm"],
+        model_max_length=recipe["model"]["max_position_embeddings"],
+    )
+    m = recipe["model"]
+    shape = {
+        "d_model": m["d_model"],
+        "encoder_layers": m["encoder_layers"],
+        "decoder_layers": m["decoder_layers"],
+        "encoder_attention_heads": m["attention_heads"],
+        "decoder_attention_heads": m["attention_heads"],
+        "encoder_ffn_dim": m["ffn_dim"],
+        "decoder_ffn_dim": m["ffn_dim"],
+        "dropout": m["dropout"],
+        "max_position_embeddings": m["max_position_embeddings"],
+        "max_length": m["max_position_embeddings"],
+    }
+    return new_marian(shape, vocab["vocab_size"], recipe["seed"])
 
 
 def _batches(encoded: list[tuple[list[int], list[int]]], batch_size: int, rng: random.Random) -> list[list[int]]:
@@ -135,17 +140,31 @@ def _collate(rows: list[tuple[list[int], list[int]]], pad: int):
 
 def evaluate_model(model, tokenizer, pairs: list[tuple[str, str]], num_beams: int, max_new_tokens: int) -> dict:
     """BLEU/chrF of the model on pairs (batches of 32)."""
-    from mtonnx.evaluate import score, translate_generate
+    from mtonnx.measure.quality import score, translate_generate
 
     model.eval()
-    run = translate_generate(model, tokenizer, [en for en, _ in pairs], num_beams=num_beams,
-                             max_new_tokens=max_new_tokens, batch_size=32, progress=False)
+    run = translate_generate(
+        model,
+        tokenizer,
+        [en for en, _ in pairs],
+        num_beams=num_beams,
+        max_new_tokens=max_new_tokens,
+        batch_size=32,
+        progress=False,
+    )
     return {**score(run["hypotheses"], [zh for _, zh in pairs]), "hypotheses": run["hypotheses"]}
 
 
-def train(out_dir: str | Path, recipe: dict[str, Any] = RECIPE, budget_minutes: float = 60.0,
-          max_steps: int | None = None, max_pairs: int | None = None, threads: int = 1,
-          test_sentences: int | None = None, progress: bool = True) -> dict[str, Any]:
+def train(
+    out_dir: str | Path,
+    recipe: dict[str, Any] = RECIPE,
+    budget_minutes: float = 60.0,
+    max_steps: int | None = None,
+    max_pairs: int | None = None,
+    threads: int = 1,
+    test_sentences: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Train into `out_dir` (moved into place when done); returns the training report."""
     import torch
     from tqdm import tqdm
@@ -154,10 +173,7 @@ def train(out_dir: str | Path, recipe: dict[str, Any] = RECIPE, budget_minutes: 
     torch.set_num_threads(threads)
     torch.manual_seed(recipe["seed"])
     rng = random.Random(recipe["seed"])
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}-", dir=out_dir.parent))
-    try:
+    with staged_dir(out_dir) as tmp:
         pairs = training_pairs(recipe)[:max_pairs] if max_pairs else training_pairs(recipe)
         model = build_model(tmp, recipe, pairs)
         tokenizer = MarianTokenizer.from_pretrained(tmp)
@@ -167,7 +183,8 @@ def train(out_dir: str | Path, recipe: dict[str, Any] = RECIPE, budget_minutes: 
         o = recipe["optim"]
         optimizer = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=(0.9, 0.98), eps=1e-9, weight_decay=0.0)
         schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: min((step + 1) / o["warmup_steps"], math.sqrt(o["warmup_steps"] / (step + 1))))
+            optimizer, lambda step: min((step + 1) / o["warmup_steps"], math.sqrt(o["warmup_steps"] / (step + 1)))
+        )
         loss_fn = torch.nn.CrossEntropyLoss(ignore_index=-100, label_smoothing=o["label_smoothing"])
         start, step, best, history, best_state = time.perf_counter(), 0, -1.0, [], None
         deadline = start + budget_minutes * 60
@@ -190,8 +207,15 @@ def train(out_dir: str | Path, recipe: dict[str, Any] = RECIPE, budget_minutes: 
                 out_of_time = time.perf_counter() >= deadline or (max_steps is not None and step >= max_steps)
                 if step % recipe["eval"]["every_steps"] == 0 or out_of_time:
                     scores = evaluate_model(model, tokenizer, dev, 1, recipe["eval"]["max_new_tokens"])
-                    history.append({"step": step, "minutes": round((time.perf_counter() - start) / 60, 2),
-                                    "loss": round(loss.item(), 4), "dev_bleu": scores["bleu"], "dev_chrf": scores["chrf"]})
+                    history.append(
+                        {
+                            "step": step,
+                            "minutes": round((time.perf_counter() - start) / 60, 2),
+                            "loss": round(loss.item(), 4),
+                            "dev_bleu": scores["bleu"],
+                            "dev_chrf": scores["chrf"],
+                        }
+                    )
                     if scores["bleu"] > best:
                         best, best_state = scores["bleu"], copy.deepcopy(model.state_dict())
                 if out_of_time:
@@ -202,21 +226,24 @@ def train(out_dir: str | Path, recipe: dict[str, Any] = RECIPE, budget_minutes: 
         model.load_state_dict(best_state)
         model.eval()
         report = finish(tmp, model, tokenizer, recipe, history, minutes, step, test_sentences)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return report
 
 
-def finish(directory: Path, model, tokenizer, recipe: dict[str, Any], history: list[dict], minutes: float,
-           steps: int, test_sentences: int | None = None) -> dict[str, Any]:
+def finish(
+    directory: Path,
+    model,
+    tokenizer,
+    recipe: dict[str, Any],
+    history: list[dict],
+    minutes: float,
+    steps: int,
+    test_sentences: int | None = None,
+) -> dict[str, Any]:
     """Score the best checkpoint on the held-out test split, save it small, write the model card."""
     test = [(p.en, p.zh) for p in data.hsk_split("test")][: test_sentences or None]
     greedy = evaluate_model(model, tokenizer, test, 1, recipe["eval"]["max_new_tokens"])
     beam = evaluate_model(model, tokenizer, test, 4, recipe["eval"]["max_new_tokens"])
-    from mtonnx.evaluate import score
+    from mtonnx.measure.quality import score
 
     baseline = score(gloss_baseline([en for en, _ in test], recipe["data"]["gloss_max_words"]), [zh for _, zh in test])
     size_fp32 = sum(p.numel() for p in model.parameters()) * 4 / 2**20
@@ -224,11 +251,20 @@ def finish(directory: Path, model, tokenizer, recipe: dict[str, Any], history: l
         model = model.half()  # stored in fp16 to stay small; from_pretrained loads it back as fp32
     model.save_pretrained(directory)
     report = {
-        "recipe_hash": recipe_hash(recipe), "recipe": recipe, "train_minutes": round(minutes, 1), "steps": steps,
-        "parameters": sum(p.numel() for p in model.parameters()), "stored_dtype": str(next(model.parameters()).dtype),
-        "test_bleu": greedy["bleu"], "test_chrf": greedy["chrf"], "test_bleu_beam": beam["bleu"],
-        "test_chrf_beam": beam["chrf"], "baseline_bleu": baseline["bleu"], "baseline_chrf": baseline["chrf"],
-        "bleu_signature": greedy["bleu_signature"], "history": history,
+        "recipe_hash": recipe_hash(recipe),
+        "recipe": recipe,
+        "train_minutes": round(minutes, 1),
+        "steps": steps,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "stored_dtype": str(next(model.parameters()).dtype),
+        "test_bleu": greedy["bleu"],
+        "test_chrf": greedy["chrf"],
+        "test_bleu_beam": beam["bleu"],
+        "test_chrf_beam": beam["chrf"],
+        "baseline_bleu": baseline["bleu"],
+        "baseline_chrf": baseline["chrf"],
+        "bleu_signature": greedy["bleu_signature"],
+        "history": history,
         "examples": [{"en": en, "reference": zh, "model": hyp} for (en, zh), hyp in zip(test[:8], beam["hypotheses"])],
     }
     (directory / "training_report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
@@ -238,32 +274,34 @@ def finish(directory: Path, model, tokenizer, recipe: dict[str, Any], history: l
 
 def model_card(report: dict[str, Any]) -> str:
     """The model's README: what it is, data and license, recipe, training time, scores, minutes -> dev BLEU."""
-    rows = "\n".join(f"| {h['minutes']} | {h['step']} | {h['loss']} | {h['dev_bleu']} | {h['dev_chrf']} |"
-                     for h in report["history"])
+    rows = "\n".join(
+        f"| {h['minutes']} | {h['step']} | {h['loss']} | {h['dev_bleu']} | {h['dev_chrf']} |" for h in report["history"]
+    )
     examples = "\n".join(f"| {e['en']} | {e['reference']} | {e['model']} |" for e in report["examples"])
     m = report["recipe"]["model"]
+    shape = f"{m['d_model']}-d, {m['encoder_layers']}+{m['decoder_layers']} layers"
     return f"""# hsk-enzh: a small English->Chinese Marian model trained by mtonnx
 
 Trained offline by `python -m mtonnx train` (`make model`) so that the project's default reports translate for
 real. Same architecture features as Helsinki-NLP/opus-mt-en-zh (swish, sinusoidal positions, scaled, shared and
-tied embeddings, pad = decoder_start, eos 0, pad banned, beam 4), at {m['d_model']}-d, {m['encoder_layers']}+{m['decoder_layers']} layers,
-{report['parameters']:,} parameters (stored as {report['stored_dtype']}). It knows HSK-level everyday Chinese, not
+tied embeddings, pad = decoder_start, eos 0, pad banned, beam 4), at {shape},
+{report["parameters"]:,} parameters (stored as {report["stored_dtype"]}). It knows HSK-level everyday Chinese, not
 technical documentation.
 
 {CREDITS}
 
-Recipe hash: `{report['recipe_hash']}` (tests check it against the recipe in `src/mtonnx/train.py`).
-Training: {report['steps']} steps in {report['train_minutes']} minutes on one CPU core.
+Recipe hash: `{report["recipe_hash"]}` (tests check it against the recipe in `src/mtonnx/sources/train.py`).
+Training: {report["steps"]} steps in {report["train_minutes"]} minutes on one CPU core.
 
 ## Held-out test split (HSK, sacrebleu, tokenize="zh")
 
 | system | BLEU | chrF |
 | --- | --- | --- |
-| this model, greedy | {report['test_bleu']} | {report['test_chrf']} |
-| this model, beam 4 | {report['test_bleu_beam']} | {report['test_chrf_beam']} |
-| word-by-word gloss baseline (same lexicon) | {report['baseline_bleu']} | {report['baseline_chrf']} |
+| this model, greedy | {report["test_bleu"]} | {report["test_chrf"]} |
+| this model, beam 4 | {report["test_bleu_beam"]} | {report["test_chrf_beam"]} |
+| word-by-word gloss baseline (same lexicon) | {report["baseline_bleu"]} | {report["baseline_chrf"]} |
 
-Signature: `{report['bleu_signature']}`
+Signature: `{report["bleu_signature"]}`
 
 ## What each budget bought (dev split, greedy)
 

@@ -1,0 +1,124 @@
+"""Notebook 07's ablations: what each tuning step (variants.tuned) bought in time and in memory, tokens kept."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtonnx.measure.probe import import_cost
+from mtonnx.measure.timing import interleaved
+from mtonnx.runtime import SessionSettings, Translator
+from mtonnx.runtime.layout import LAYOUTS
+from mtonnx.runtime.sessions import FP32_SESSION, INT8_SESSION
+from mtonnx.runtime.tokenizer import pad
+
+
+@dataclass(frozen=True)
+class Step:
+    """One row of the ablation: a variant directory, a layout, session settings, screening."""
+
+    label: str
+    variant: str
+    layout: str
+    session: dict[str, Any]
+    screen: bool
+    kept: bool  # part of the project's int8 runtime (False: measured, rejected)
+
+
+# Each step adds one change to the step before.
+STEPS = (
+    Step("int8 as notebook 06 builds it", "int8", "split", INT8_SESSION, False, True),
+    Step("+ key transposes folded", "int8-tuned", "split", INT8_SESSION, False, True),
+    Step("+ screened beam candidates", "int8-tuned", "split", INT8_SESSION, True, True),
+    Step("+ lean layout (no decoder_model)", "int8-tuned", "lean", INT8_SESSION, True, True),
+    Step("+ tuned step (keys in place, cross-attention per sentence)", "int8-tuned", "tuned", INT8_SESSION, True, True),
+    Step("+ SkipLayerNormFusion off", "int8-tuned", "tuned", FP32_SESSION, True, False),
+)
+# What each step did to resident memory after load (lean comes after the mapped file here: the split layout
+# shows the file's effect alone).
+MEMORY_STEPS = (
+    ("int8 as notebook 06 builds it", "int8", "split"),
+    ("+ weights in one mapped file", "int8-tuned", "split"),
+    ("+ lean layout (no decoder_model)", "int8-tuned", "lean"),
+    ("+ tuned step (keys in place, cross-attention per sentence)", "int8-tuned", "tuned"),
+)
+
+
+def _generate(translator: Translator, step: Step, ids, mask, beams: int, tokens: int) -> list[list[int]]:
+    return translator.generate(
+        ids, mask, num_beams=beams, max_new_tokens=tokens, min_length=tokens + 1, screen_candidates=step.screen
+    )
+
+
+def ablation(
+    dirs: dict[str, str],
+    rows: list[list[int]],
+    configs: list[tuple[int, int]],
+    tokens: int,
+    warmup: int = 1,
+    repeats: int = 5,
+    threads: int = 1,
+) -> list[dict[str, Any]]:
+    """Median ms of each STEPS entry per (batch, beams) config, repetitions interleaved; speedup against the
+    first step and against the step before, and whether the tokens equal the step before's (at least one
+    untimed run per step)."""
+    translators = [
+        Translator(dirs[step.variant], decoder=step.layout, session=SessionSettings(threads=threads, **step.session))
+        for step in STEPS
+    ]
+    results = []
+    for batch, beams in configs:
+        ids, mask = pad((rows * batch)[:batch], translators[0].tokenizer.pad_token_id)
+        timed = interleaved(
+            {
+                step.label: functools.partial(_generate, translator, step, ids, mask, beams, tokens)
+                for step, translator in zip(STEPS, translators)
+            },
+            max(warmup, 1),
+            repeats,
+        )
+        measured = [timed[step.label] for step in STEPS]
+        for i, (step, m) in enumerate(zip(STEPS, measured)):
+            previous = measured[max(i - 1, 0)]
+            results.append(
+                {
+                    "step": step.label,
+                    "variant": step.variant,
+                    "layout": step.layout,
+                    "kept": step.kept,
+                    "batch": batch,
+                    "beams": beams,
+                    "tokens": tokens,
+                    "median_ms": m["median_ms"],
+                    "min_ms": m["min_ms"],
+                    "max_ms": m["max_ms"],
+                    "times_ms": m["times_ms"],
+                    "speedup": round(measured[0]["median_ms"] / m["median_ms"], 2),
+                    "speedup_vs_previous": round(previous["median_ms"] / m["median_ms"], 2),
+                    "same_tokens_as_previous": m["result"] == previous["result"],
+                }
+            )
+    return results
+
+
+def memory_ablation(dirs: dict[str, str]) -> list[dict[str, Any]]:
+    """RSS (MB) of a fresh process after loading a Translator at each MEMORY_STEPS entry (1 thread); None
+    where the variant lacks the layout's files (a TorchScript export has no lean layout)."""
+    rows = []
+    for label, variant, layout in MEMORY_STEPS:
+        code = (
+            f"from mtonnx.runtime import SessionSettings, Translator\n"
+            f"Translator({dirs[variant]!r}, decoder={layout!r}, session=SessionSettings(threads=1))"
+        )
+        present = all((Path(dirs[variant]) / f).is_file() for f in LAYOUTS[layout])
+        rows.append(
+            {
+                "step": label,
+                "variant": variant,
+                "layout": layout,
+                "rss_mb": import_cost(code, repeats=1)["rss_mb"] if present else None,
+            }
+        )
+    return rows

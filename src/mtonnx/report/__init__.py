@@ -1,0 +1,18 @@
+"""The run and what it leaves behind: the pipeline runner, artifacts, metrics, env info, plots, graph views,
+model inspection, and `context`, the one call that opens a notebook.
+
+Importing this package is light (no torch, papermill or matplotlib): the heavy parts load when called.
+"""
+
+from mtonnx.report.artifacts import staged_dir, write_atomic, write_json
+from mtonnx.report.record import record, recorded, save_figure
+
+
+def context(params_path: str, run_dir: str, models_dir: str):
+    """What every notebook starts from (`notebook.Context`): params, model directory, session settings, run dirs."""
+    from mtonnx.report.notebook import Context
+
+    return Context.open(params_path, run_dir, models_dir)
+
+
+__all__ = ["context", "record", "recorded", "save_figure", "staged_dir", "write_atomic", "write_json"]

@@ -1,0 +1,43 @@
+"""baseline.json: PyTorch's translations of the eval set (text and token ids, greedy and beam), written by
+notebook 01; every later notebook compares its outputs with them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mtonnx.data import Pair
+from mtonnx.report.artifacts import write_json
+
+BASELINE_FILE = "baseline.json"
+
+
+def save_baseline(run_dir, pairs: list[Pair], runs: dict[str, dict], scores: dict[str, dict], params: dict) -> dict:
+    """Write baseline.json: PyTorch's token ids and text per sentence, for later notebooks to compare with."""
+    baseline = {
+        "params_hash": params["_hash"],
+        "model": params["model"],
+        "generation": params["generation"],
+        "scores": scores,
+        "items": [
+            {
+                "id": p.id,
+                "source": p.source,
+                "en": p.en,
+                "zh": p.zh,
+                **{f"{name}": run["hypotheses"][i] for name, run in runs.items()},
+                **{f"{name}_ids": run["token_ids"][i] for name, run in runs.items()},
+            }
+            for i, p in enumerate(pairs)
+        ],
+    }
+    write_json(Path(run_dir) / BASELINE_FILE, baseline)
+    return baseline
+
+
+def load_baseline(run_dir) -> dict:
+    """The baseline notebook 01 wrote for this run; a clear error when it has not run yet."""
+    path = Path(run_dir) / BASELINE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run notebook 01 first (python -m mtonnx run --only 01,...)")
+    return json.loads(path.read_text(encoding="utf-8"))

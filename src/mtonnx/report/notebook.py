@@ -1,0 +1,82 @@
+"""`Context`: what every notebook starts from, in one call (`report.context(params_path, run_dir, models_dir)`).
+
+The validated params, the resolved model directory, the ONNX Runtime session settings the params ask for, and
+the run's directories; the model's config is read from config.json, the PyTorch model loaded only when asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from mtonnx import params as params_module
+from mtonnx.runtime import SessionSettings
+from mtonnx.sources import models
+
+
+@dataclass
+class Context:
+    """One notebook's view of its run."""
+
+    params: dict[str, Any]
+    run_dir: Path
+    models_dir: Path
+    model: dict[str, Any]  # sources.models.resolve's answer: dir, name, source, cached, seconds
+
+    @classmethod
+    def open(cls, params_path: str | Path, run_dir: str | Path, models_dir: str | Path) -> Context:
+        """Validate the params file and resolve its model (built into `models_dir` if it is a built one)."""
+        params = params_module.load(params_path)
+        return cls(
+            params, Path(run_dir), Path(models_dir), models.resolve(params["model"], models_dir, params["_root"])
+        )
+
+    @property
+    def model_dir(self) -> Path:
+        """The resolved model directory."""
+        return Path(self.model["dir"])
+
+    @property
+    def prefix(self) -> str:
+        """The text put in front of every source sentence (`model.source_prefix`)."""
+        return self.params["model"]["source_prefix"]
+
+    @property
+    def session(self) -> SessionSettings:
+        """The runtime section as ONNX Runtime session settings."""
+        r = self.params["runtime"]
+        return SessionSettings(threads=r["threads"], optimization=r["optimization"], spinning=r["spinning"])
+
+    @property
+    def export_dir(self) -> Path:
+        """The hand export (notebook 02)."""
+        return self.run_dir / "export_manual"
+
+    @property
+    def optimum_dir(self) -> Path:
+        """optimum's export (notebook 03)."""
+        return self.run_dir / "export_optimum"
+
+    @property
+    def variants_dir(self) -> Path:
+        """The quantized and converted variants (notebooks 06 and 07)."""
+        return self.run_dir / "variants"
+
+    @cached_property
+    def config(self):
+        """The model's MarianConfig, read from config.json (no weights loaded)."""
+        from transformers import MarianConfig
+
+        return MarianConfig.from_pretrained(self.model_dir)
+
+    def load_model(self):
+        """(MarianMTModel in eval mode, MarianTokenizer): the PyTorch reference."""
+        return models.load_pretrained(self.model_dir)
+
+    def baseline(self) -> dict[str, Any]:
+        """baseline.json, PyTorch's translations of the eval set written by notebook 01."""
+        from mtonnx.report.baseline import load_baseline
+
+        return load_baseline(self.run_dir)

@@ -1,0 +1,152 @@
+"""The ways to run the exported decoder step by step (each returns a `decoding.Run` per batch).
+
+- `CachedDecoder`: the encoder once; the first step on decoder_model (or the merged file's no-cache branch),
+  every later step on decoder_with_past (or its cache branch) with only the new token. Cross-attention K/V
+  come out of the first step and are reused, never recomputed; self-attention K/V grow by one each step.
+  Lean layout (tuned variants): the cross K/V file (layout.CROSS_KV) computes the cross K/V from the encoder
+  output, once per sentence (beams share it), and every step, the first included, runs on decoder_with_past (an empty
+  self-attention past gives bit-identical first-step logits): decoder_model's weights are never loaded.
+  Tuned layout (layout.TUNED_STEP, mtonnx.passes.tuned_step): the self-attention keys live
+  time-major in a preallocated buffer that each step appends one position to (the graph reads the filled
+  prefix in place), and each sentence's cross K/V are fed once for all its beams.
+- `NoCacheDecoder`: the plain loop over the translation step (layout.TRANSLATION_STEP) that tutorials stop at:
+  every step re-runs the encoder and the whole decoder prefix. Correct, and quadratically slower: the baseline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+from mtonnx.runtime import layout
+from mtonnx.runtime.cache import KVCache, TimeMajorKeys, reorder_rows
+
+
+class CachedDecoder:
+    """Encoder + first-step decoder + decoder-with-past (split files, optimum's merged file, or lean:
+    `first` None and a `cross_kv` session)."""
+
+    def __init__(
+        self,
+        encoder: ort.InferenceSession,
+        first: ort.InferenceSession | None,
+        with_past: ort.InferenceSession,
+        cross_kv: ort.InferenceSession | None = None,
+    ):
+        self.encoder, self.with_past, self.cross_kv = encoder, with_past, cross_kv
+        self.merged = first is None and cross_kv is None  # one file, switching on its use_cache_branch input
+        self.first = with_past if first is None else first
+        inputs = {i.name: i for i in with_past.get_inputs()}
+        self.layers = layout.layers_of(list(inputs))
+        self.past_names = layout.past_names(self.layers)
+        self.first_outputs = ["logits", *layout.present_names(self.layers)]
+        self.step_outputs = ["logits", *layout.present_names(self.layers, layout.SELF)]
+        self.cross_outputs = layout.present_names(self.layers, layout.CROSS)
+        value = inputs[layout.past_names(1, (layout.SELF_VALUE,))[0]]  # values are never time-major
+        self.heads, self.head_dim = value.shape[1], value.shape[3]
+        metadata = with_past.get_modelmeta().custom_metadata_map
+        self.time_major_keys = metadata.get(layout.SELF_KEYS_KEY) == layout.SELF_KEYS_TIME_MAJOR
+        self.shared_cross = metadata.get(layout.CROSS_ATTENTION_KEY) == layout.CROSS_PER_SENTENCE
+
+    def begin(self, input_ids: np.ndarray, attention_mask: np.ndarray, expand: int = 1) -> CachedRun:
+        """Run the encoder on a batch; the run decodes `expand` rows (beams) per sentence."""
+        hidden = self.encoder.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+        if self.cross_kv is not None:
+            # Beams: every beam of a sentence starts from the same state, so the run starts with one row per
+            # sentence (each sentence's cross K/V computed once) and the first reorder widens it to the beams.
+            run = CachedRun(self, hidden, attention_mask)
+            run.widen = expand
+            cross = self.cross_kv.run(self.cross_outputs, {"encoder_hidden_states": hidden})
+            run.cache = KVCache.empty_self(cross, len(run.mask), self.heads, self.head_dim)
+            if self.time_major_keys:
+                run.keys = TimeMajorKeys(self.layers, len(run.mask), self.heads, self.head_dim)
+            return run
+        if expand > 1:  # beams: the encoder ran once per sentence, its output is shared by the sentence's beams
+            hidden, attention_mask = np.repeat(hidden, expand, axis=0), np.repeat(attention_mask, expand, axis=0)
+        return CachedRun(self, hidden, attention_mask)
+
+
+class CachedRun:
+    """One batch being decoded: the encoder output and mask, and the cache (None before the first step; with
+    the tuned step, its self-attention keys are only the last step's: the keys live in `keys`)."""
+
+    def __init__(self, decoder: CachedDecoder, hidden: np.ndarray, mask: np.ndarray):
+        self.decoder, self.hidden, self.mask = decoder, hidden, mask
+        self.cache: KVCache | None = None
+        self.keys: TimeMajorKeys | None = None
+        self.widen = 1  # > 1: one row per sentence so far; the first reorder repeats each for its beams
+
+    @property
+    def narrow_first(self) -> bool:
+        """beam_search feeds the first step one row per sentence (decoding.Run)."""
+        return self.widen > 1
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        """Feed one token per row; returns the logits of that step, [rows, vocab]."""
+        d = self.decoder
+        ids = tokens.reshape(-1, 1).astype(np.int64, copy=False)
+        if self.cache is None:
+            feeds = {"input_ids": ids, "encoder_hidden_states": self.hidden, "encoder_attention_mask": self.mask}
+            if d.merged:
+                empty = np.zeros((ids.shape[0], d.heads, 0, d.head_dim), dtype=np.float32)
+                feeds.update(dict.fromkeys(d.past_names, empty), use_cache_branch=np.array([False]))
+            logits, *present = d.first.run(d.first_outputs, feeds)
+            self.cache = KVCache.from_present(present)  # the cross K/V: computed once, reused every step
+        else:
+            feeds = {"input_ids": ids, "encoder_attention_mask": self.mask}
+            feeds.update(zip(d.past_names, self.cache.tensors(self.keys.pasts() if self.keys is not None else None)))
+            if d.merged:
+                feeds.update(encoder_hidden_states=self.hidden, use_cache_branch=np.array([True]))
+            logits, *present = d.with_past.run(d.step_outputs, feeds)
+            self.cache.update_self(present)
+            if self.keys is not None:
+                self.keys.append(self.cache.self_keys)
+        return logits[:, -1, :]
+
+    def reorder(self, rows: np.ndarray) -> None:
+        """Row i continues row rows[i] (beam search). Beams only move within their sentence, whose rows share
+        one source: cross K/V need no reorder."""
+        if self.widen > 1:  # the first step ran one row per sentence: row i continues sentence rows[i] // beams
+            source, self.widen = rows // self.widen, 1
+            self.mask = self.mask[source]
+            self.cache.select(source, cross=not self.decoder.shared_cross)
+            if self.keys is not None:
+                self.keys.widen(source)
+            return
+        moved = np.flatnonzero(rows != np.arange(len(rows)))
+        if self.keys is not None:  # the keys live in the buffer
+            self.keys.reorder(rows, moved)
+        else:
+            self.cache.self_keys = reorder_rows(self.cache.self_keys, rows, moved)
+        self.cache.self_values = reorder_rows(self.cache.self_values, rows, moved)
+
+
+class NoCacheDecoder:
+    """The baseline: the translation step re-runs encoder and the whole decoder prefix at every step."""
+
+    def __init__(self, step: ort.InferenceSession):
+        self.session = step
+
+    def begin(self, input_ids: np.ndarray, attention_mask: np.ndarray, expand: int = 1) -> NoCacheRun:
+        """A run over the batch, `expand` rows (beams) per sentence."""
+        if expand > 1:
+            input_ids, attention_mask = np.repeat(input_ids, expand, axis=0), np.repeat(attention_mask, expand, axis=0)
+        return NoCacheRun(self.session, input_ids, attention_mask)
+
+
+class NoCacheRun:
+    """One batch on the translation step: the whole prefix is fed at every step."""
+
+    def __init__(self, session: ort.InferenceSession, input_ids: np.ndarray, mask: np.ndarray):
+        self.session, self.input_ids, self.mask = session, input_ids, mask
+        self.prefix = np.zeros((input_ids.shape[0], 0), dtype=np.int64)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        """Append one token per row and re-run everything; returns the last position's logits."""
+        self.prefix = np.concatenate([self.prefix, tokens.reshape(-1, 1).astype(np.int64)], axis=1)
+        feeds = {"input_ids": self.input_ids, "attention_mask": self.mask, "decoder_input_ids": self.prefix}
+        return self.session.run(["logits"], feeds)[0][:, -1, :]
+
+    def reorder(self, rows: np.ndarray) -> None:
+        """Row i continues row rows[i]."""
+        self.prefix = self.prefix[rows]

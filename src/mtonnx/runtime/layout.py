@@ -1,0 +1,71 @@
+"""The one contract between the exporters, the graph passes, the variants, the doctor and the translator: the
+file names of each export layout, the cache tensors' names and order, and the metadata keys of the tuned step.
+
+Every other module imports these names; none spells them itself. The cache names follow optimum's convention
+(`past_key_values.{layer}.decoder.key`, `present.{layer}.encoder.value`), so one runtime loads either export.
+"""
+
+from __future__ import annotations
+
+ENCODER = "encoder_model.onnx"
+DECODER = "decoder_model.onnx"  # the first step: computes every layer's cross-attention K/V
+DECODER_WITH_PAST = "decoder_with_past_model.onnx"  # every later step, one new token
+DECODER_MERGED = "decoder_model_merged.onnx"  # optimum: both decoders behind one If node
+TRANSLATION_STEP = "translation_step.onnx"  # the no-cache baseline: encoder + whole prefix every step
+CROSS_KV = "decoder_cross_kv.onnx"  # tuned variants: the cross-attention K/V once per sentence
+TUNED_STEP = "decoder_with_past_tuned.onnx"  # tuned variants: keys read in place, cross K/V per sentence
+WEIGHTS = "weights.bin"  # tuned variants: every large initializer once, memory-mapped by ONNX Runtime
+
+EXPORT_MANIFEST = "export_manifest.json"
+VARIANT_MANIFEST = "variant_manifest.json"
+TOKENIZER_FILES = ("vocab.json", "source.spm", "target.spm")
+# Copied next to the ONNX files so an export directory is all the runtime needs (as optimum does).
+MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    *TOKENIZER_FILES,
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
+
+HAND_EXPORT = (ENCODER, DECODER, DECODER_WITH_PAST, TRANSLATION_STEP)
+OPTIMUM_EXPORT = (ENCODER, DECODER, DECODER_WITH_PAST, DECODER_MERGED)
+# The files a variant transforms (the split layout): every quantized or converted variant has them.
+VARIANT_FILES = (ENCODER, DECODER, DECODER_WITH_PAST)
+
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "tuned": (ENCODER, CROSS_KV, TUNED_STEP),
+    "lean": (ENCODER, CROSS_KV, DECODER_WITH_PAST),
+    "split": VARIANT_FILES,
+    "merged": (ENCODER, DECODER_MERGED),
+    "no-cache": (TRANSLATION_STEP,),
+}
+AUTO_ORDER = ("tuned", "lean", "split", "merged")  # what `decoder="auto"` picks: the first layout present
+
+# Per decoder layer, in this order: self-attention key and value, cross-attention key and value.
+SELF_KEY, SELF_VALUE, CROSS_KEY, CROSS_VALUE = KV = ("decoder.key", "decoder.value", "encoder.key", "encoder.value")
+SELF, CROSS = KV[:2], KV[2:]
+
+# Metadata of the tuned step: how it wants its caches fed.
+SELF_KEYS_KEY, SELF_KEYS_TIME_MAJOR = "mtonnx.self_attention_keys", "time-major"
+CROSS_ATTENTION_KEY, CROSS_PER_SENTENCE = "mtonnx.cross_attention", "per-sentence"
+
+
+def past_names(layers: int, kinds: tuple[str, ...] = KV) -> list[str]:
+    """decoder_with_past's cache inputs, layer by layer, each layer's `kinds` in KV order."""
+    return [f"past_key_values.{i}.{kind}" for i in range(layers) for kind in kinds]
+
+
+def present_names(layers: int, kinds: tuple[str, ...] = KV) -> list[str]:
+    """The decoders' cache outputs, layer by layer, each layer's `kinds` in KV order."""
+    return [f"present.{i}.{kind}" for i in range(layers) for kind in kinds]
+
+
+def by_kind(tensors: list, kinds: tuple[str, ...] = KV) -> dict[str, list]:
+    """Tensors ordered as past_names/present_names(layers, kinds), grouped per kind: {kind: one per layer}."""
+    return {kind: list(tensors[i :: len(kinds)]) for i, kind in enumerate(kinds)}
+
+
+def layers_of(input_names: list[str]) -> int:
+    """Decoder layers of a graph, counted from its self-attention key inputs."""
+    return sum(1 for name in input_names if name.endswith(f".{SELF_KEY}"))

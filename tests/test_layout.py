@@ -1,0 +1,61 @@
+"""The name contract (runtime.layout): every export and variant the project writes has exactly the files and
+cache tensors the contract names, and the translator loads every layout through it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+
+from mtonnx import data
+from mtonnx.runtime import Translator, layout
+from mtonnx.variants.tuned import build_tuned
+
+SOURCES = [p.en for p in data.eval_set({"hsk_size": 4, "techdocs_size": 2, "eval_split": "test"})]
+
+
+@pytest.fixture(scope="module")
+def directories(dynamo_export, optimum_dir, tmp_path_factory):
+    tuned = build_tuned(dynamo_export, tmp_path_factory.mktemp("layout"))["int8-tuned"]
+    return {"hand": dynamo_export, "optimum": optimum_dir, "tuned": tuned}
+
+
+def test_exports_hold_the_files_the_contract_names(directories):
+    assert {p.name for p in directories["hand"].glob("*.onnx")} == set(layout.HAND_EXPORT)
+    assert {p.name for p in directories["optimum"].glob("*.onnx")} == set(layout.OPTIMUM_EXPORT)
+    tuned = {p.name for p in Path(directories["tuned"]).glob("*.onnx")}
+    assert tuned == set(layout.VARIANT_FILES) | {layout.CROSS_KV, layout.TUNED_STEP}
+    for name in (layout.EXPORT_MANIFEST, *layout.MODEL_FILES):
+        assert (directories["hand"] / name).is_file(), name
+
+
+def test_cache_tensor_names_and_order_are_the_contract(directories, tiny):
+    layers = tiny[0].config.decoder_layers
+    step = onnx.load(str(directories["hand"] / layout.DECODER_WITH_PAST), load_external_data=False).graph
+    assert [i.name for i in step.input][2:] == layout.past_names(layers)
+    assert [o.name for o in step.output][1:] == layout.present_names(layers, layout.SELF)
+    first = onnx.load(str(directories["hand"] / layout.DECODER), load_external_data=False).graph
+    assert [o.name for o in first.output][1:] == layout.present_names(layers)
+    assert layout.layers_of([i.name for i in step.input]) == layers
+    assert layout.by_kind(layout.present_names(layers))[layout.CROSS_VALUE] == [
+        f"present.{i}.encoder.value" for i in range(layers)
+    ]
+
+
+@pytest.mark.parametrize("name", list(layout.LAYOUTS))
+def test_every_layout_loads_through_the_contract_and_translates_alike(directories, name):
+    where = {"tuned": "tuned", "lean": "tuned", "split": "hand", "merged": "optimum", "no-cache": "hand"}[name]
+    translator = Translator(directories[where], decoder=name)
+    assert translator.layout == name and set(translator.sessions) == set(layout.LAYOUTS[name])
+    reference = Translator(directories["hand"], decoder="split").translate(SOURCES, num_beams=2, max_new_tokens=10)
+    if where != "tuned":  # the tuned variant is int8: its own layouts must agree with each other instead
+        assert translator.translate(SOURCES, num_beams=2, max_new_tokens=10) == reference
+    else:
+        other = Translator(directories["tuned"], decoder="split").translate(SOURCES, num_beams=2, max_new_tokens=10)
+        assert translator.translate(SOURCES, num_beams=2, max_new_tokens=10) == other
+
+
+def test_auto_picks_the_first_layout_present(directories):
+    assert Translator(directories["tuned"]).layout == layout.AUTO_ORDER[0] == "tuned"
+    assert Translator(directories["hand"]).layout == "split"
