@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 
 import nbformat
@@ -30,7 +31,14 @@ EXPECTED_METRICS = (
     "quant.recommended",
     "quant.fp32.size_mb",
     "quant.int8.p50_ms_b1",
-    "quant.int8-naive.gated",
+    "quant.int8-naive.gate",
+    "quant.int8.bleu_delta_ci",
+    "quant.int8.chrf_delta_ci",
+    "quant.int8.p_value",
+    "quant.recommended_reason",
+    "quant.bleu_signature",
+    "inspect.eval_pairs",
+    "run.fingerprint",
     "quant.fp16.bleu",
     "pitfalls.reproduced",
     "doctor.manual.failures",
@@ -45,9 +53,7 @@ EXPORTED = layout.HAND_EXPORT
 ENV_KEYS = ("python", "packages", "onnxruntime_providers", "cpu", "git", "params", "params_hash")
 
 
-@pytest.fixture(scope="module")
-def ci_run(tmp_path_factory, models_dir):
-    out = tmp_path_factory.mktemp("ci-run")
+def run_ci(out, models_dir) -> subprocess.CompletedProcess:
     done = subprocess.run(
         mtonnx_cmd("run", "--params", "params/ci.yaml", "--out", str(out)),
         capture_output=True,
@@ -57,7 +63,20 @@ def ci_run(tmp_path_factory, models_dir):
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return out, done
+    return done
+
+
+@pytest.fixture(scope="module")
+def ci_run(tmp_path_factory, models_dir):
+    out = tmp_path_factory.mktemp("ci-run")
+    return out, run_ci(out, models_dir)
+
+
+@pytest.fixture(scope="module")
+def ci_run_again(tmp_path_factory, models_dir, ci_run):
+    """The same commit and params run again in full, into another directory (exports, timings, all)."""
+    out = tmp_path_factory.mktemp("ci-run-again")
+    return out, run_ci(out, models_dir)
 
 
 def test_every_notebook_executed_without_error(ci_run):
@@ -126,3 +145,85 @@ def test_baseline_holds_pytorch_tokens_per_sentence(ci_run, tiny):
     for item in baseline["items"]:
         assert item["greedy_ids"] and item["beam_ids"] and isinstance(item["greedy"], str)
         assert len(item["greedy_ids"]) <= 16 and pad not in item["greedy_ids"]  # bad_words_ids: pad never generated
+
+
+def test_two_runs_give_the_same_fingerprint_and_recommendation(ci_run, ci_run_again):
+    first, second = (json.loads((out / "metrics.json").read_text()) for out, _ in (ci_run, ci_run_again))
+    inputs = [run["run"]["fingerprint_inputs"] for run in (first, second)]
+    differ = {
+        k: (inputs[0].get(k), inputs[1].get(k))
+        for k in set(inputs[0]) | set(inputs[1])
+        if inputs[0].get(k) != inputs[1].get(k)
+    }
+    assert differ == {} and first["run"]["fingerprint"] == second["run"]["fingerprint"]
+    assert first["quant"]["recommended"] == second["quant"]["recommended"]
+    assert any(k.startswith("file export_manual/") for k in inputs[0]) and "baseline token ids" in inputs[0]
+    assert not any("_ms" in k or "rss" in k for k in inputs[0])
+    assert {first["quant"][v]["gate"] for v in ("fp32", "int8", "fp16")} <= {"pass", "fail", "inconclusive"}
+
+
+def compare_cmd(a, b, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        mtonnx_cmd("compare", str(a), str(b), *extra), capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+
+
+def test_compare_of_two_runs_of_the_same_commit_finds_no_regression(ci_run, ci_run_again, tmp_path):
+    done = compare_cmd(ci_run[0], ci_run_again[0], "--format", "json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["regressions"] == [] and result["fingerprints"]["equal"]
+    assert [c for c in result["changes"]["quality"]] == []
+    speed = [c for c in result["changes"]["speed"] if "spread_a" in c]
+    assert speed and {c["verdict"] for c in speed} <= {"within noise", "improvement"}
+    markdown = compare_cmd(ci_run[0], ci_run_again[0], "--out", str(tmp_path))
+    assert markdown.returncode == 0 and (tmp_path / "compare.md").read_text().startswith("## mtonnx compare: **no")
+
+
+def test_compare_names_a_lost_bleu_and_a_changed_token(ci_run, ci_run_again, tmp_path):
+    copy = tmp_path / "b"
+    shutil.copytree(ci_run_again[0], copy, ignore=shutil.ignore_patterns("*.onnx", "*.bin", "ct2"))
+    metrics = json.loads((copy / "metrics.json").read_text())
+    metrics["quant"]["int8"]["bleu"] -= 2
+    (copy / "metrics.json").write_text(json.dumps(metrics))
+    translations = json.loads((copy / "variants" / layout.TRANSLATIONS).read_text())
+    translations["variants"]["fp16"][0] += "的"
+    (copy / "variants" / layout.TRANSLATIONS).write_text(json.dumps(translations, ensure_ascii=False))
+    done = compare_cmd(ci_run[0], copy)
+    assert done.returncode == 1
+    regressions = [line for line in done.stderr.splitlines() if line.startswith("mtonnx: regression:")]
+    assert any("quant.int8.bleu" in line for line in regressions), done.stderr
+    assert any("translations: fp16: 1 of" in line for line in regressions), done.stderr
+
+
+def test_compare_names_a_timing_three_times_slower_in_every_repetition(ci_run, ci_run_again, tmp_path):
+    copy = tmp_path / "b"
+    shutil.copytree(ci_run_again[0], copy, ignore=shutil.ignore_patterns("*.onnx", "*.bin", "ct2"))
+    metrics = json.loads((copy / "metrics.json").read_text())
+    metrics["quant"]["int8"]["times_ms_b1"] = [t * 3 for t in metrics["quant"]["int8"]["times_ms_b1"]]
+    (copy / "metrics.json").write_text(json.dumps(metrics))
+    done = compare_cmd(ci_run[0], copy)
+    assert done.returncode == 1 and "mtonnx: regression: speed: quant int8 times_ms_b1" in done.stderr
+
+
+def test_compare_refuses_a_missing_directory_in_one_line(ci_run, tmp_path):
+    done = compare_cmd(ci_run[0], tmp_path / "nope")
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        f"mtonnx: error: {tmp_path / 'nope'} is not a directory"
+    ]
+
+
+def test_the_report_and_a_compare_page_in_a_real_browser(ci_run, ci_run_again, tmp_path):
+    from mtonnx.report.browser import inspect_page
+    from mtonnx.report.graphview import find_chromium
+
+    if find_chromium() is None:
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    out, _ = ci_run
+    assert (out / "report.png").stat().st_size > 20_000  # the runner saved the first screen
+    page = inspect_page(out / "index.html")
+    assert page["broken_images"] == [] and page["broken_links"] == []
+    assert page["first_screen"] == {"verdict": True, "variants": True}, page["boxes"]
+    assert compare_cmd(ci_run[0], ci_run_again[0], "--format", "html", "--out", str(tmp_path)).returncode == 0
+    page = inspect_page(tmp_path / "compare.html", ids=("verdict", "summary"))
+    assert page["broken_images"] == [] and page["first_screen"] == {"verdict": True, "summary": True}

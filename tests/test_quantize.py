@@ -10,9 +10,10 @@ import pytest
 from onnx import numpy_helper
 
 from mtonnx import data
-from mtonnx.measure.variants import VariantBench, gate, recommend
+from mtonnx.measure import variants, verdicts
+from mtonnx.measure.variants import VariantBench, compare
 from mtonnx.passes.lm_head import lm_head_report
-from mtonnx.runtime import SessionSettings, Translator, layout
+from mtonnx.runtime import Translator, layout
 from mtonnx.variants import recipes, sensitivity
 from mtonnx.variants.build import build_variant, merged_decoder_sizes
 from mtonnx.variants.calibration import FeedsReader, capture_feeds
@@ -97,27 +98,37 @@ def add_noise(src, dst):
     return {}
 
 
-def test_gate_flags_a_damaged_variant(hand_export, tmp_path):
+def test_a_damaged_variant_fails_the_gate_and_is_not_recommended(hand_export, tmp_path):
     fp32 = Translator(hand_export).translate(SOURCES, num_beams=1, max_new_tokens=12)
     damaged = tmp_path / "damaged"
     build_variant("damaged", hand_export, damaged, add_noise, {"damage": "N(0, 1) on every weight"})
-    bench = VariantBench(SOURCES, fp32, max_new_tokens=12, session=SessionSettings(), beam_sentences=1)  # refs: fp32
-    rows = {
-        "fp32": bench.measure(hand_export, fp32_texts=fp32, rss=False),
-        "damaged": bench.measure(damaged, fp32_texts=fp32, rss=False),
-    }
-    assert rows["fp32"]["exact_match"] == 1.0 and rows["damaged"]["exact_match"] < 0.5
-    flags = gate(rows)
-    assert flags == {"fp32": False, "damaged": True}
-    assert recommend(rows, flags) == "fp32"
+    bench = VariantBench(
+        SOURCES, fp32, max_new_tokens=12, beam_sentences=1, timing_sentences=2, repeats=2
+    )  # refs: fp32
+    translations = {"fp32": bench.translate(hand_export), "damaged": bench.translate(damaged)}
+    quality = compare(translations, fp32, gate_bleu=0.5)["rows"]
+    assert quality["fp32"]["exact_match"] == 1.0 and quality["damaged"]["exact_match"] < 0.5
+    assert quality["fp32"]["gate"] == "pass" and quality["damaged"]["gate"] == "fail"
+    assert quality["damaged"]["bleu_delta"] < 0 and quality["damaged"]["p_value"] is not None
+    speed = bench.speed({"fp32": bench.runtime(hand_export), "damaged": bench.runtime(damaged)})
+    assert all(len(speed[n]["times_ms_b1"]) == 2 for n in speed)
+    rows = variants.table(
+        quality,
+        speed,
+        {n: bench.footprint(d, rss=False) for n, d in (("fp32", hand_export), ("damaged", damaged))},
+        {"fp32": True, "damaged": True},
+    )
+    choice, reason = verdicts.recommend(rows)
+    assert choice == "fp32" and "damaged (fail)" in reason
 
 
-def test_safe_groups_keep_what_stays_inside_the_gate_alone():
-    rows = {
-        "embeddings": {"bleu_change": 0.0},
-        "encoder": {"bleu_change": -0.2},
-        "lm_head": {"bleu_change": -3.0},
-        "decoder FFN": {"bleu_change": 0.4},
+def test_safe_groups_keep_the_matmul_groups_that_pass_alone():
+    gates = {
+        "embeddings": "pass",
+        "encoder": "pass",
+        "lm_head": "fail",
+        "decoder FFN": "inconclusive",
+        "cross-attention": "pass",
     }
-    assert sensitivity.safe_groups(rows, gate_bleu=0.5) == ("encoder", "decoder FFN")  # embeddings are Gathers
-    assert sensitivity.safe_groups({"lm_head": {"bleu_change": -3.0}}, gate_bleu=0.5) == ("lm_head",)
+    assert sensitivity.safe_groups(gates) == ("encoder", "cross-attention")  # embeddings are Gathers, not MatMuls
+    assert sensitivity.safe_groups({"lm_head": "fail"}) == ("lm_head",)

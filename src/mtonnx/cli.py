@@ -5,6 +5,7 @@
 - `translate`: translate English text with an exported model, torch-free (the deployed runtime).
 - `bench`: the peer benchmark for a params file (results JSON in the run dir).
 - `doctor`: check an export against its source model (table or JSON; exit 1 on any failure).
+- `compare`: what changed between two run directories, classified; exit 1 on a regression (JSON only, no torch).
 - `train`: train the default model from packaged data (`make model`).
 """
 
@@ -46,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
     doctor.add_argument("--onnx-dir", required=True, help="the export directory (hand, optimum or a variant)")
     doctor.add_argument("--tolerance", type=float, default=1e-4, help="fp32 logits parity tolerance")
     doctor.add_argument("--json", action="store_true", help="print the rows as JSON (for CI)")
+    compare = commands.add_parser("compare", help="what changed between two run directories (exit 1 on a regression)")
+    compare.add_argument("run_a", help="the run compared against, e.g. main's last run")
+    compare.add_argument("run_b", help="the run under review, e.g. a branch's")
+    compare.add_argument("--out", help="directory to write compare.<format> into (default: print it)")
+    compare.add_argument("--format", choices=("md", "html", "json"), default="md")
+    compare.add_argument("--speed-margin", type=float, help="beyond-spread factor for speed (default: RUN_B's params)")
+    compare.add_argument("--size-threshold", type=float, help="relative size/memory change that counts (e.g. 0.1)")
     train = commands.add_parser("train", help="train the default model from packaged data (params: train section)")
     train.add_argument("--params", required=True, help="params YAML file, e.g. params/train.yaml")
     args = parser.parse_args(argv)
@@ -54,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return _translate(args)
     if args.command == "doctor":
         return _doctor(args)
+    if args.command == "compare":
+        return _compare(args)
     try:
         params = load(args.params)
     except ParamsError as err:
@@ -161,3 +171,35 @@ def _translate(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(result)
     return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    from mtonnx.report import compare as comparing
+    from mtonnx.report.artifacts import write_atomic
+
+    try:
+        a, b = comparing.load_run(args.run_a), comparing.load_run(args.run_b)
+        flags = {"speed_margin": args.speed_margin, "size_threshold": args.size_threshold}
+        thresholds = dataclasses.replace(
+            comparing.thresholds_of(b), **{k: v for k, v in flags.items() if v is not None}
+        )
+        result = comparing.compare(a, b, thresholds)
+    except comparing.CompareError as err:
+        print(f"mtonnx: error: {err}", file=sys.stderr)
+        return 2
+    text = {
+        "md": comparing.to_markdown,
+        "html": comparing.to_html,
+        "json": lambda r: json.dumps(r, ensure_ascii=False, indent=2, default=str) + "\n",
+    }[args.format](result)
+    if args.out:
+        path = write_atomic(Path(args.out) / f"compare.{args.format}", text)
+        print(f"compare: {path}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    for regression in result["regressions"]:
+        print(f"mtonnx: regression: {regression}", file=sys.stderr)
+    return 1 if result["regressions"] else 0

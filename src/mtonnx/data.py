@@ -73,9 +73,13 @@ def techdocs_pairs() -> tuple[Pair, ...]:
 
 
 def eval_set(data_params: dict[str, Any]) -> list[Pair]:
-    """The first `hsk_size` pairs of the eval split plus the first `techdocs_size` tech-doc pairs."""
-    hsk = hsk_split(data_params["eval_split"])[: data_params["hsk_size"]]
-    return hsk + list(techdocs_pairs()[: data_params["techdocs_size"]])
+    """The first `hsk_size` pairs of the eval split plus the first `techdocs_size` tech-doc pairs ("all": every one)."""
+    hsk = hsk_split(data_params["eval_split"])[: _size(data_params["hsk_size"])]
+    return hsk + list(techdocs_pairs()[: _size(data_params["techdocs_size"])])
+
+
+def _size(value: int | str) -> int | None:
+    return None if value == "all" else value
 
 
 def calibration_set(data_params: dict[str, Any]) -> list[str]:

@@ -41,6 +41,7 @@ class Field:
     nullable: bool = False
     must_exist: bool = False  # a path that must exist (relative paths: relative to the params file)
     items: type | None = None  # for lists: the type of every item (lo/hi then apply to the items)
+    keywords: tuple[str, ...] = ()  # strings accepted as they are, besides values of `type` (e.g. "all")
 
 
 SCHEMA: dict[str, Any] = {
@@ -59,8 +60,12 @@ SCHEMA: dict[str, Any] = {
         "seed": Field(int, 0, "seed for the built (random-weight) models", lo=0),
     },
     "data": {
-        "hsk_size": Field(int, 40, "HSK sentence pairs in the eval set", lo=0, hi=4354),
-        "techdocs_size": Field(int, 16, "tech-doc sentence pairs in the eval set", lo=0, hi=48),
+        "hsk_size": Field(
+            int, 40, "HSK sentence pairs in the eval set ('all': the whole split)", lo=0, hi=4354, keywords=("all",)
+        ),
+        "techdocs_size": Field(
+            int, 16, "tech-doc sentence pairs in the eval set ('all': 48)", lo=0, hi=48, keywords=("all",)
+        ),
         "eval_split": Field(str, "test", "HSK split the eval set draws from", choices=("dev", "test")),
         "calibration_size": Field(int, 64, "calibration sentences (from the HSK train split)", lo=0, hi=4000),
     },
@@ -73,6 +78,7 @@ SCHEMA: dict[str, Any] = {
         "threads": Field(int, 1, "ONNX Runtime intra-op threads per session", lo=1, hi=64),
         "optimization": Field(str, "all", "graph optimization level", choices=("disable", "basic", "extended", "all")),
         "spinning": Field(bool, False, "let ORT worker threads spin-wait (oversubscribes small machines)"),
+        "parity_sentences": Field(int, 48, "sentences the batch-1 and no-cache parity checks run on", lo=1, hi=10000),
     },
     "bench": {
         "warmup": Field(int, 1, "untimed runs before measuring", lo=0, hi=100),
@@ -86,10 +92,60 @@ SCHEMA: dict[str, Any] = {
     },
     "quant": {
         "gate_bleu": Field(
-            float, 0.5, "a variant losing more BLEU than this against fp32 is flagged", lo=0.0, hi=100.0
+            float,
+            0.5,
+            "non-inferiority margin: a variant passes when its BLEU delta's 95 % CI lies above -gate_bleu",
+            lo=0.0,
+            hi=100.0,
         ),
         "beam_sentences": Field(int, 8, "sentences timed with beam 4 per variant", lo=1, hi=10000),
+        "timing_sentences": Field(
+            int, 16, "sentences (the first of the eval set) every variant is timed on", lo=1, hi=10000
+        ),
+        "speed_repeats": Field(int, 5, "timed repetitions per variant, interleaved across variants", lo=1, hi=100),
+        "speed_margin": Field(
+            float, 1.1, "faster means at least this ratio in every paired repetition", lo=1.0, hi=10.0
+        ),
         "calibration_tokens": Field(int, 16, "decoding steps recorded per calibration batch", lo=1, hi=512),
+    },
+    "serve": {
+        "host": Field(str, "127.0.0.1", "`mtonnx serve`: the address to bind (loopback unless told otherwise)"),
+        "port": Field(int, 8000, "`mtonnx serve`: the port", lo=0, hi=65535),
+        "threads": Field(int, 1, "ONNX Runtime intra-op threads of the service's model", lo=0, hi=64),
+        "max_batch_size": Field(int, 16, "dynamic batching: most sentences per model call", lo=1, hi=256),
+        "max_wait_ms": Field(float, 5.0, "dynamic batching: longest wait for a batch to fill", lo=0.0, hi=10000.0),
+        "queue_size": Field(int, 1024, "sentences waiting at most; a full queue answers 503", lo=1, hi=1_000_000),
+        "request_timeout_s": Field(float, 30.0, "a request waiting longer answers 504", lo=0.1, hi=3600.0),
+        "max_body_bytes": Field(int, 1_000_000, "largest request body (413 above)", lo=1, hi=1_000_000_000),
+        "max_items": Field(int, 128, "most sentences per request (413 above)", lo=1, hi=100_000),
+        "max_chars": Field(int, 5000, "most characters per sentence (413 above)", lo=1, hi=1_000_000),
+        "log_text": Field(bool, False, "log the texts of requests (off: only method, status, sentences, ms)"),
+        "bench_concurrency": Field(
+            list, [1, 4, 16, 64], "notebook 09: concurrent clients per load level", items=int, lo=1, hi=4096
+        ),
+        "bench_seconds": Field(float, 10.0, "notebook 09: seconds of load per level", lo=0.1, hi=3600.0),
+    },
+    "scale": {
+        "engine": Field(str, "local", "`mtonnx batch`: local (one process) or ray", choices=("local", "ray")),
+        "workers": Field(int, 2, "Ray actors (one Translator each)", lo=1, hi=4096),
+        "threads_per_worker": Field(int, 1, "CPUs and ONNX Runtime threads per actor", lo=1, hi=64),
+        "batch_size": Field(int, 32, "sentences per model call, length-sorted within a block", lo=1, hi=256),
+        "corpus_lines": Field(
+            int, 3000, "notebook 10: lines of the corpus built from the eval and train data", lo=1, hi=1_000_000
+        ),
+    },
+    "compare": {
+        "speed_margin": Field(
+            float,
+            1.5,
+            "`mtonnx compare`: a timing changed only when every repetition of one run is "
+            "beyond the other's by this factor",
+            lo=1.0,
+            hi=100.0,
+        ),
+        "size_threshold": Field(
+            float, 0.1, "`mtonnx compare`: a relative size or memory change that counts", lo=0.0, hi=10.0
+        ),
     },
     "train": {
         "out": Field(str, "../models/hsk-enzh", "where `mtonnx train` writes the model (relative to the params file)"),
@@ -171,6 +227,8 @@ def _as_float(value: Any) -> Any:
 
 
 def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
+    if isinstance(value, str) and value in spec.keywords:
+        return value
     if value is None:
         if spec.nullable or spec.default is None:
             return None

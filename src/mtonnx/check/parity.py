@@ -296,25 +296,12 @@ def runtime_parity(
 ) -> dict[str, Any]:
     """The runtime's token ids vs PyTorch `generate` on the same padded batches and settings."""
     from mtonnx.measure.quality import translate_generate
-    from mtonnx.report.inspection import batch
 
-    expected = translate_generate(
-        model,
-        tokenizer,
-        sources,
-        num_beams=num_beams,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        source_prefix=source_prefix,
-        progress=False,
-    )["token_ids"]
-    got: list[list[int]] = []
-    for i in range(0, len(sources), batch_size):
-        enc = batch(tokenizer, sources[i : i + batch_size], source_prefix)
-        got += translator.generate(
-            enc.input_ids.numpy(), enc.attention_mask.numpy(), num_beams=num_beams, max_new_tokens=max_new_tokens
-        )
-    return token_match(got, expected)
+    kwargs = dict(
+        num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size, source_prefix=source_prefix
+    )
+    expected = translate_generate(model, tokenizer, sources, progress=False, **kwargs)["token_ids"]
+    return token_match(runtime_ids(translator, tokenizer, sources, **kwargs), expected)
 
 
 def finite_outputs(variant_dir: str | Path, sources: list[str]) -> bool:
@@ -326,3 +313,82 @@ def finite_outputs(variant_dir: str | Path, sources: list[str]) -> bool:
     run = translator.decoder.begin(ids, mask)
     logits = run.step(np.full(len(sources), translator.settings.decoder_start_token_id))
     return bool(np.isfinite(run.hidden).all() and np.isfinite(logits).all())
+
+
+def runtime_ids(
+    translator,
+    tokenizer,
+    sources: list[str],
+    *,
+    num_beams: int,
+    batch_size: int,
+    max_new_tokens: int,
+    source_prefix: str = "",
+) -> list[list[int]]:
+    """The runtime's token ids on the padded batches `generate` sees (MarianTokenizer, padding=True), in order."""
+    from mtonnx.report.inspection import batch
+
+    got: list[list[int]] = []
+    for i in range(0, len(sources), batch_size):
+        enc = batch(tokenizer, sources[i : i + batch_size], source_prefix)
+        got += translator.generate(
+            enc.input_ids.numpy(), enc.attention_mask.numpy(), num_beams=num_beams, max_new_tokens=max_new_tokens
+        )
+    return got
+
+
+def layout_parity(
+    translators: dict[str, Any],
+    model,
+    tokenizer,
+    baseline: dict[str, Any],
+    *,
+    num_beams: int,
+    batch_size: int,
+    max_new_tokens: int,
+    batch1_sentences: int,
+    source_prefix: str = "",
+) -> list[dict[str, Any]]:
+    """Token-identical with `generate`, per runtime layout, greedy and beam: at the baseline's batch size on every
+    sentence against baseline.json (the same batches notebook 01 ran, so PyTorch need not run again), and at
+    batch 1 on the first `batch1_sentences` against PyTorch at batch 1 (computed once, shared by the layouts)."""
+    from mtonnx.measure.quality import translate_generate
+
+    sources = [item["en"] for item in baseline["items"]]
+    rows = []
+    for search, beams in (("greedy", 1), ("beam", num_beams)):
+        expected = {
+            batch_size: [item[f"{search}_ids"] for item in baseline["items"]],
+            1: translate_generate(
+                model,
+                tokenizer,
+                sources[:batch1_sentences],
+                num_beams=beams,
+                max_new_tokens=max_new_tokens,
+                batch_size=1,
+                source_prefix=source_prefix,
+                progress=False,
+            )["token_ids"],
+        }
+        for name, translator in translators.items():
+            for size, want in expected.items():
+                got = runtime_ids(
+                    translator,
+                    tokenizer,
+                    sources[: len(want)],
+                    num_beams=beams,
+                    batch_size=size,
+                    max_new_tokens=max_new_tokens,
+                    source_prefix=source_prefix,
+                )
+                result = token_match(got, want)
+                rows.append(
+                    {
+                        "export": name,
+                        "search": search,
+                        "batch": size,
+                        "token-identical": result["match"],
+                        "sentences": result["sentences"],
+                    }
+                )
+    return rows

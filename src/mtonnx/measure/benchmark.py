@@ -15,7 +15,7 @@ import numpy as np
 
 from mtonnx import data
 from mtonnx.measure import ablation as ablations
-from mtonnx.measure import peers
+from mtonnx.measure import peers, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
 from mtonnx.report.artifacts import write_json
 from mtonnx.runtime import MarianSpmTokenizer
@@ -133,14 +133,15 @@ def paired_ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, dict[
 
 
 def targets(results: list[dict[str, Any]], tokens: int) -> list[dict[str, Any]]:
-    """Each headline ratio against its target: measured (ratio of medians), met, and the per-repetition spread."""
+    """Each headline ratio against its target: the ratio of medians, the per-repetition spread, and the verdict
+    (verdicts.target: met / missed / within noise, from the paired repetitions)."""
     headline, paired = ratios(results, tokens), paired_ratios(results, tokens)
     return [
         {
             "ratio": key,
             "measured": value,
             "target": TARGETS[key],
-            "met": value is not None and value >= TARGETS[key],
+            "verdict": verdicts.target(paired[key], TARGETS[key]),
             **{f"per repetition: {k}": (paired[key] or {}).get(k) for k in ("median", "min", "max")},
         }
         for key, value in headline.items()
@@ -227,7 +228,7 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
         "rss_after_run_mb": result["rss_after_run_mb"],
         "ratio": ratios(result["results"], tokens),
         "ratio_per_repetition": paired_ratios(result["results"], tokens),
-        "targets": {t["ratio"]: t["met"] for t in targets(result["results"], tokens)},
+        "targets": {t["ratio"]: t["verdict"] for t in targets(result["results"], tokens)},
         "bandwidth_gbs": result["bandwidth_gbs"],
         "bound_fraction_b1": fraction.get("mtonnx-int8"),
         "headline_tokens": tokens,

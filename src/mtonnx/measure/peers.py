@@ -268,3 +268,54 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def contenders(
+    model_dir: str | Path,
+    work_dir: str | Path,
+    tokenizer_dir: str | Path,
+    max_new_tokens: int,
+    source_prefix: str = "",
+    threads: int = 1,
+) -> dict[str, Any]:
+    """PyTorch fp32 and (when ctranslate2 is installed) CTranslate2 int8 as speed contenders for
+    measure.variants.VariantBench.speed: each translates a batch of sentences with a beam count, at natural
+    lengths (up to `max_new_tokens`), `threads` threads."""
+    import importlib.util
+
+    import torch
+
+    from mtonnx.report.inspection import batch as tokenized
+    from mtonnx.runtime import MarianSpmTokenizer
+    from mtonnx.sources.models import load_pretrained
+
+    torch.set_num_threads(threads)
+    model, hf_tokenizer = load_pretrained(model_dir)
+
+    def pytorch(sentences: list[str], beams: int) -> Any:
+        with torch.no_grad():
+            return model.generate(
+                **tokenized(hf_tokenizer, sentences, source_prefix), num_beams=beams, max_new_tokens=max_new_tokens
+            )
+
+    out = {"pytorch-fp32": pytorch}
+    if importlib.util.find_spec("ctranslate2") is not None:
+        import ctranslate2
+        from ctranslate2.converters import TransformersConverter
+
+        target = Path(work_dir) / "ct2" / "int8"
+        if not (target / "model.bin").is_file():
+            TransformersConverter(str(model_dir)).convert(str(target), quantization="int8", force=True)
+        translator = ctranslate2.Translator(
+            str(target), device="cpu", intra_threads=threads, inter_threads=1, compute_type="int8"
+        )
+        tokenizer = MarianSpmTokenizer(tokenizer_dir)
+
+        def ct2(sentences: list[str], beams: int) -> Any:
+            source = [
+                [tokenizer.decoder[i] for i in tokenizer.encode(f"{source_prefix} {s}".strip())] for s in sentences
+            ]
+            return translator.translate_batch(source, beam_size=beams, max_decoding_length=max_new_tokens)
+
+        out["ct2-int8"] = ct2
+    return out

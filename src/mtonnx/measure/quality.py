@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from tqdm import tqdm
 
@@ -59,3 +60,103 @@ def score(hypotheses: list[str], references: list[str]) -> dict[str, Any]:
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED = 1000, 12345  # sacrebleu's defaults, pinned (a seed of 0 would not be fixed)
+
+
+def paired_bootstrap(
+    baseline: list[str],
+    systems: dict[str, list[str]],
+    references: list[str],
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> dict[str, Any]:
+    """Each system against the baseline on the same sentences, with sacrebleu's paired bootstrap resampling.
+
+    Per system and metric (BLEU tokenize="zh", chrF): the score, the delta to the baseline, the delta's 95 % CI
+    and the p-value. sacrebleu's `PairedTest` gives the scores and p-values; it reports a CI per system, not of
+    the difference, so the delta's CI is read off the same resamples (the same seeded index draw, sacrebleu's own
+    sufficient statistics and its percentile rule). A system whose outputs equal the baseline's gets delta 0,
+    CI [0, 0] and no p-value (sacrebleu would report its smallest p for a zero difference).
+    """
+    import os
+
+    from sacrebleu.significance import PairedTest
+
+    metrics = {"bleu": BLEU(tokenize="zh"), "chrf": CHRF()}
+    previous = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        test = PairedTest(
+            [("baseline", baseline), *systems.items()],
+            dict(metrics),
+            references=[references],
+            test_type="bs",
+            n_samples=samples,
+            n_jobs=1,
+        )
+        signatures, scores = test()
+    finally:
+        if previous is None:
+            os.environ.pop("SACREBLEU_SEED")
+        else:
+            os.environ["SACREBLEU_SEED"] = previous
+    by_metric = dict(zip(metrics, [key for key in scores if key != "System"]))  # "BLEU", "chrF2"
+    rows = np.random.default_rng(seed).choice(len(references), size=(samples, len(references)), replace=True)
+    low, high = samples // 40, samples - samples // 40 - 1  # sacrebleu's 95 % rule (estimate_ci)
+    out: dict[str, Any] = {"signature": {k: signatures[by_metric[k]].format() for k in metrics}, "systems": {}}
+    resampled = {k: _resampled(m, baseline, references, rows) for k, m in metrics.items()}
+    for i, (name, hypotheses) in enumerate(systems.items(), start=1):
+        entry: dict[str, Any] = {"identical": hypotheses == baseline}
+        for key, metric in metrics.items():
+            result, base = scores[by_metric[key]][i], scores[by_metric[key]][0]
+            deltas = np.sort(_resampled(metric, hypotheses, references, rows) - resampled[key])
+            identical = entry["identical"]
+            entry[key] = round(result.score, 2)
+            entry[f"{key}_delta"] = 0.0 if identical else round(result.score - base.score, 2)
+            entry[f"{key}_delta_ci"] = (
+                [0.0, 0.0] if identical else [round(float(deltas[low]), 2), round(float(deltas[high]), 2)]
+            )
+            entry[f"{key}_p_value"] = None if identical else round(float(result.p_value), 4)
+        out["systems"][name] = entry
+    return out
+
+
+def _resampled(metric, hypotheses: list[str], references: list[str], rows: np.ndarray) -> np.ndarray:
+    """The corpus score of each bootstrap resample (`rows`: its sentence indices), computed as sacrebleu does."""
+    stats = np.array(metric._extract_corpus_statistics(hypotheses, [references]), dtype="float32")
+    return np.array([metric._compute_score_from_stats(s.sum(0)).score for s in stats[rows]])
+
+
+def by_source(sources: list[str], hypotheses: list[str], references: list[str]) -> dict[str, dict[str, Any]]:
+    """Corpus BLEU and chrF per data source (`sources[i]` names sentence i's: "hsk" in domain, "techdocs" out)."""
+    out = {}
+    for name in dict.fromkeys(sources):
+        picked = [i for i, s in enumerate(sources) if s == name]
+        scores = score([hypotheses[i] for i in picked], [references[i] for i in picked])
+        out[name] = {"sentences": len(picked), "bleu": scores["bleu"], "chrf": scores["chrf"]}
+    return out
+
+
+def typical_examples(pairs: list, hypotheses: list[str], count: int = 2) -> list[dict[str, Any]]:
+    """Per data source, the `count` best and `count` worst translations by sentence chrF (ties by position):
+    typical successes and failures to show next to a corpus score."""
+    chrf, out = CHRF(), []
+    for name in dict.fromkeys(p.source for p in pairs):
+        picked = [i for i, p in enumerate(pairs) if p.source == name]
+        scores = {i: chrf.sentence_score(hypotheses[i], [pairs[i].zh]).score for i in picked}
+        order = sorted(picked, key=lambda i: (-scores[i], i))
+        for kind, chosen in (("success", order[:count]), ("failure", order[::-1][:count])):
+            out += [
+                {
+                    "source": name,
+                    "kind": kind,
+                    "chrf": round(scores[i], 1),
+                    "en": pairs[i].en,
+                    "reference": pairs[i].zh,
+                    "model": hypotheses[i],
+                }
+                for i in chosen
+            ]
+    return out

@@ -33,25 +33,28 @@ def interleaved(
 ) -> dict[str, dict[str, Any]]:
     """Run each contender `warmup` times untimed, then `repeats` rounds of one timed run each, in turn.
 
-    Returns per contender its `summary` plus `result`, the value its last run returned.
+    Returns per contender its `summary`, `result` (what its last run returned) and `results` (what each timed
+    run returned, in order).
     """
-    results: dict[str, Any] = {}
+    results: dict[str, list[Any]] = {name: [] for name in contenders}
+    last: dict[str, Any] = {}
     for name, fn in contenders.items():
         for _ in range(warmup):
-            results[name] = fn()
+            last[name] = fn()
     times: dict[str, list[float]] = {name: [] for name in contenders}
     for _ in range(repeats):
         for name, fn in contenders.items():
             start = time.perf_counter()
-            results[name] = fn()
+            last[name] = fn()
             times[name].append((time.perf_counter() - start) * 1000)
-    return {name: {**summary(times[name]), "result": results.get(name)} for name in contenders}
+            results[name].append(last[name])
+    return {name: {**summary(times[name]), "result": last.get(name), "results": results[name]} for name in contenders}
 
 
 def timed(fn: Callable[[], Any], warmup: int = 1, repeats: int = 5) -> dict[str, Any]:
     """`interleaved` with one contender: its summary, without the result."""
     out = interleaved({"fn": fn}, warmup, repeats)["fn"]
-    out.pop("result")
+    del out["result"], out["results"]
     return out
 
 

@@ -54,7 +54,11 @@ READY = """() => {
 
 
 class GraphViewError(RuntimeError):
-    """Rendering could not be done; str() says why and what to do."""
+    """Rendering could not be done; str() says why and what to do (`session`: the renderer's, if it started)."""
+
+    def __init__(self, message: str, session: int | None = None):
+        super().__init__(message)
+        self.session = session
 
 
 def find_chromium() -> str | None:
@@ -104,7 +108,8 @@ def render(
     fake_now: dt.datetime | None = None,
     keep_build_date: bool = False,
 ) -> dict[str, Any]:
-    """Render `path` with netron into `out_dir/<stem>.<format>`; returns {"file", "images", "seconds"}.
+    """Render `path` with netron into `out_dir/<stem>.<format>`; returns {"file", "images", "seconds", "session"}
+    (the renderer's session id: every process it started belongs to it and is gone when this returns).
 
     `fake_now` sets the browser's clock (to check that an aged netron build still renders);
     `keep_build_date` serves netron's page unmodified (to show that it would not).
@@ -138,16 +143,17 @@ def render(
     try:
         stdout, stderr = process.communicate(timeout=timeout_s + 30)
     except subprocess.TimeoutExpired:
-        raise GraphViewError(f"netron did not render {path.name} within {timeout_s:.0f} s") from None
+        raise GraphViewError(f"netron did not render {path.name} within {timeout_s:.0f} s", process.pid) from None
     finally:
-        _kill_group(process)
+        kill_session(process)
     if process.returncode != 0:
         lines = [line for line in stderr.strip().splitlines() if line.strip()]
-        raise GraphViewError(f"rendering {path.name} failed: {lines[-1] if lines else f'exit {process.returncode}'}")
-    return json.loads(stdout.strip().splitlines()[-1])
+        last = lines[-1] if lines else f"exit {process.returncode}"
+        raise GraphViewError(f"rendering {path.name} failed: {last}", process.pid)
+    return {**json.loads(stdout.strip().splitlines()[-1]), "session": process.pid}
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def kill_session(process: subprocess.Popen) -> None:
     """End the renderer and everything it started (netron's server, Chromium and its helpers).
 
     The renderer leads its own session; Chromium's helpers may leave its process group but not the

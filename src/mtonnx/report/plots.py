@@ -1,4 +1,4 @@
-"""Matplotlib figures shared by the notebooks (headless backend; no Chinese text in plots)."""
+"""Matplotlib figures shared by the notebooks (headless backend; a CJK font when one is installed)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+from matplotlib import font_manager  # noqa: E402
+
+# Chinese text needs a CJK font (Debian: fonts-noto-cjk); with none installed, matplotlib's default stays.
+CJK_FONT = next((f.name for f in font_manager.fontManager.ttflist if "CJK" in f.name), None)
+if CJK_FONT:
+    matplotlib.rcParams["font.sans-serif"] = [CJK_FONT, *matplotlib.rcParams["font.sans-serif"]]
 
 
 def barh(rows: list[dict[str, Any]], label: str, value: str, title: str, xlabel: str | None = None):
@@ -170,5 +176,28 @@ def scatter(points: list[dict[str, Any]], x: str, y: str, label: str, title: str
     ax.set_ylabel(y)
     ax.set_title(title)
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def deltas(rows: dict[str, dict[str, Any]], gate: float, metric: str = "bleu"):
+    """Each variant's delta to the baseline with its 95 % CI as a whisker, coloured by gate, and the gate line."""
+    colors = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#f9a825"}
+    names = list(rows)
+    fig, ax = plt.subplots(figsize=(7, 0.42 * len(names) + 1.4))
+    for y, name in enumerate(names):
+        row = rows[name]
+        low, high = row[f"{metric}_delta_ci"]
+        color = colors.get(row.get("gate"), "#4c72b0")
+        ax.plot([low, high], [y, y], color=color, lw=2)
+        ax.plot([row[f"{metric}_delta"]], [y], "o", color=color)
+    ax.axvline(-gate, color="#c62828", ls="--", lw=1, label=f"gate: -{gate} {metric.upper()}")
+    ax.axvline(0, color="#999999", lw=0.8)
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{metric.upper()} delta against fp32, 95 % CI (paired bootstrap)")
+    ax.set_title("Quality gate: green pass, red fail, amber inconclusive")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     return fig

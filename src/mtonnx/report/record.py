@@ -1,5 +1,5 @@
-"""What a notebook records: its metrics as `metrics/<section>.json` and its figures as `figures/<name>.png`;
-the runner merges the metrics into metrics.json."""
+"""What a notebook records: its metrics as `metrics/<section>.json` and its figures as `figures/<name>.png` (with
+their captions in `figures/captions.json`); the runner merges the metrics into metrics.json."""
 
 from __future__ import annotations
 
@@ -10,12 +10,38 @@ from typing import Any
 from mtonnx.report.artifacts import write_atomic, write_json
 
 METRICS_DIR, FIGURES_DIR = "metrics", "figures"
+CAPTIONS = "captions.json"
 
 
-def record(run_dir: str | Path, section: str, metrics: dict[str, Any]) -> dict[str, Any]:
+class Recorded(dict):
+    """The metrics `record` saved; a notebook shows them as a short table, not a screen of raw dict."""
+
+    def __init__(self, section: str, metrics: dict[str, Any]):
+        super().__init__(metrics)
+        self.section = section
+
+    def _rows(self, limit: int = 12) -> list[tuple[str, str]]:
+        flat = flatten(dict(self))
+        rows = [(k, _short(v)) for k, v in list(flat.items())[:limit]]
+        return rows + ([("...", f"{len(flat) - limit} more")] if len(flat) > limit else [])
+
+    def __repr__(self) -> str:
+        return f"{len(flatten(dict(self)))} metrics recorded as {self.section}.*"
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        body = "".join(
+            f"<tr><td><code>{escape(self.section)}.{escape(k)}</code></td><td>{escape(v)}</td></tr>"
+            for k, v in self._rows()
+        )
+        return f"<p>{escape(repr(self))}</p><table>{body}</table>"
+
+
+def record(run_dir: str | Path, section: str, metrics: dict[str, Any]) -> Recorded:
     """Save one notebook's metrics as `metrics/<section>.json`; they appear as `<section>.<key>`."""
     write_json(Path(run_dir) / METRICS_DIR / f"{section}.json", metrics)
-    return metrics
+    return Recorded(section, metrics)
 
 
 def recorded(run_dir: str | Path, section: str) -> dict[str, Any]:
@@ -24,13 +50,22 @@ def recorded(run_dir: str | Path, section: str) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def save_figure(fig, run_dir: str | Path, name: str) -> Path:
-    """Save a matplotlib figure as `figures/<name>.png` (the report shows every figure there)."""
+def save_figure(fig, run_dir: str | Path, name: str, caption: str = "") -> Path:
+    """Save a matplotlib figure as `figures/<name>.png` with its caption (the report shows every figure there)."""
     import io
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    return write_atomic(Path(run_dir) / FIGURES_DIR / f"{name}.png", buffer.getvalue())
+    path = write_atomic(Path(run_dir) / FIGURES_DIR / f"{name}.png", buffer.getvalue())
+    if caption:
+        write_json(Path(run_dir) / FIGURES_DIR / CAPTIONS, {**captions(run_dir), name: caption})
+    return path
+
+
+def captions(run_dir: str | Path) -> dict[str, str]:
+    """The figures' captions ({} when none was given)."""
+    path = Path(run_dir) / FIGURES_DIR / CAPTIONS
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def merge_metrics(run_dir: str | Path) -> dict[str, Any]:
@@ -50,3 +85,8 @@ def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def _short(value: Any, width: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= width else text[: width - 3] + "..."

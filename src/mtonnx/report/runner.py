@@ -3,7 +3,9 @@
 For each notebook, in order: inject the parameters (params file, run dir, models dir), execute it
 headless, keep the executed notebook (also when it fails) and convert it to HTML. Around that:
 env.json first, the model resolved once up front (so a missing model is one clear error, not a
-failed cell), metrics merged into metrics.json and index.html written at the end, even on failure.
+failed cell), metrics merged into metrics.json with the run's fingerprint, and index.html written at the
+end, even on failure. The kernels run with a fixed PYTHONHASHSEED (unless one is set): optimum's decoder merge
+names the initializers it shares in set order, so without it the merged decoder's bytes change from run to run.
 """
 
 from __future__ import annotations
@@ -18,11 +20,20 @@ from typing import Any
 
 from mtonnx.report import envinfo
 from mtonnx.report.artifacts import write_atomic, write_json
+from mtonnx.report.fingerprint import SECTION, fingerprint
 from mtonnx.report.index import write_index
-from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, merge_metrics
+from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, merge_metrics, record
 from mtonnx.sources import models
 
 KERNEL = "mtonnx"
+
+
+def _kernel_config():
+    """The kernel's ZMQ sockets encrypted with CurveZMQ where the kernelspec supports it (ipykernel warns on every
+    start otherwise that "the kernel is running over TCP without encryption")."""
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport_encryption": "auto"}})
 
 
 class RunFailed(RuntimeError):
@@ -95,6 +106,7 @@ def run(
     model = models.resolve(params["model"], models_dir, params["_root"])
     log(f"model {model['name']}: {model['dir']} ({'cached' if model['cached'] else 'built'}, {model['seconds']} s)")
 
+    os.environ.setdefault("PYTHONHASHSEED", "0")  # inherited by the kernels: reproducible set and dict order
     parameters = {
         "params_path": params["_file"],
         "run_dir": str(out_dir),
@@ -110,10 +122,12 @@ def run(
         if result["status"] != "ok":
             break
 
+    record(out_dir, SECTION, fingerprint(out_dir, merge_metrics(out_dir)))
     merge_metrics(out_dir)
     status = "ok" if all(r["status"] == "ok" for r in results) else "failed"
     index = write_index(out_dir, results, env, status)
     log(f"report: {index}")
+    screenshot(index, log)
     if status != "ok":
         failed = results[-1]
         raise RunFailed(f"{failed['name']}.ipynb {failed['error']}; partly executed notebook kept at {failed['path']}")
@@ -135,6 +149,7 @@ def execute(notebook: Path, out_dir: Path, parameters: dict[str, Any], kernel: s
             str(executed),
             parameters={k: v for k, v in parameters.items() if k in declared},
             kernel_name=kernel,
+            config=_kernel_config(),
             cwd=str(out_dir),
             progress_bar=sys.stderr.isatty(),
             log_output=False,
@@ -173,3 +188,20 @@ def _to_html(notebook: Path) -> Path:
 
     body, _ = HTMLExporter(template_name="lab").from_filename(str(notebook))
     return write_atomic(notebook.with_suffix(".html"), body)
+
+
+def screenshot(index: Path, log: Callable[[str], None]) -> None:
+    """report.png beside index.html: its first screen in Chromium (skipped, with a line, without Chromium)."""
+    from mtonnx.report.browser import inspect_page
+    from mtonnx.report.graphview import GraphViewError, find_chromium
+
+    if find_chromium() is None:
+        log("report.png not written: Chromium is not installed (Debian: apt-get install chromium)")
+        return
+    try:
+        page = inspect_page(index, screenshot=index.with_name("report.png"))
+    except GraphViewError as err:
+        log(f"report.png not written: {err}")
+        return
+    problems = page["broken_images"] + page["broken_links"]
+    log(f"report.png: {index.with_name('report.png')}" + (f" (broken: {', '.join(problems)})" if problems else ""))

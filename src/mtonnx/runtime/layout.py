@@ -18,6 +18,7 @@ WEIGHTS = "weights.bin"  # tuned variants: every large initializer once, memory-
 
 EXPORT_MANIFEST = "export_manifest.json"
 VARIANT_MANIFEST = "variant_manifest.json"
+TRANSLATIONS = "translations.json"  # in a run's variants/: every variant's translations of the eval set
 TOKENIZER_FILES = ("vocab.json", "source.spm", "target.spm")
 # Copied next to the ONNX files so an export directory is all the runtime needs (as optimum does).
 MODEL_FILES = (

@@ -1,0 +1,95 @@
+"""Verdicts that do not move with timing noise: the quality gate as a non-inferiority test, the recommended
+variant, and whether a speed target is met.
+
+- Quality: a variant `pass`es when the lower end of the 95 % CI of its BLEU delta against fp32 lies above
+  -gate_bleu, `fail`s when the delta itself lies below it, and is `inconclusive` otherwise: too few sentences
+  to tell a real loss from chance. Inconclusive is never treated as a pass.
+- Speed: one engine counts as faster than another only when it is faster by at least `margin` in every paired
+  repetition (repetition i of both ran seconds apart); otherwise the two are within noise.
+- Recommendation: among the variants that pass, those no other passing variant is faster than; of those, the
+  smallest on disk, then the first in a fixed order. It depends on a timing only where the timing is beyond noise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+GATES = ("pass", "fail", "inconclusive")
+SPEED_MARGIN = 1.1  # faster means at least 10 % faster, in every paired repetition
+
+
+def gate(delta: float, ci: list[float], gate_bleu: float) -> str:
+    """`pass` / `fail` / `inconclusive` for a BLEU delta and its 95 % CI against the baseline."""
+    if ci[0] > -gate_bleu:
+        return "pass"
+    if delta < -gate_bleu:
+        return "fail"
+    return "inconclusive"
+
+
+def sentences_needed(delta: float, ci: list[float], gate_bleu: float, sentences: int) -> int | None:
+    """How many sentences would make an inconclusive delta pass if it stayed where it is (the CI narrows as
+    1/sqrt(n)); None when it could not pass (the delta is at or below -gate_bleu)."""
+    if delta <= -gate_bleu:
+        return None
+    half_width = delta - ci[0]
+    return math.ceil(sentences * (half_width / (delta + gate_bleu)) ** 2)
+
+
+def faster_beyond_noise(fast_ms: list[float], slow_ms: list[float], margin: float = SPEED_MARGIN) -> bool:
+    """True when `fast` took at most slow / margin in every paired repetition."""
+    return bool(fast_ms) and len(fast_ms) == len(slow_ms) and all(s / f >= margin for f, s in zip(fast_ms, slow_ms))
+
+
+def target(paired: dict[str, float] | None, wanted: float) -> str:
+    """`met` when every paired repetition's ratio reaches `wanted` (its min), `missed` when none does (its max),
+    else `within noise`; `paired` is timing.paired_ratio's {median, min, max}."""
+    if not paired:
+        return "not measured"
+    if paired["min"] >= wanted:
+        return "met"
+    if paired["max"] < wanted:
+        return "missed"
+    return "within noise"
+
+
+def recommend(
+    rows: dict[str, dict[str, Any]], baseline: str = "fp32", margin: float = SPEED_MARGIN, times: str = "times_ms_b1"
+) -> tuple[str, str]:
+    """(variant, why) from rows holding `gate`, `size_mb`, `bleu_delta`/`bleu_delta_ci` and, under `times`, the
+    batch-1 time of each paired repetition; the rows' order is the fixed order that breaks the last ties."""
+    order = list(rows)
+    passing = [name for name in order if rows[name]["gate"] == "pass"]
+    if not passing:
+        return baseline, f"{baseline}: no variant passes the quality gate, so the baseline stays"
+    faster = {
+        name: [
+            other
+            for other in passing
+            if other != name and faster_beyond_noise(rows[other][times], rows[name][times], margin)
+        ]
+        for name in passing
+    }
+    front = sorted((name for name in passing if not faster[name]), key=lambda n: (rows[n]["size_mb"], order.index(n)))
+    choice = front[0]
+    beats = [name for name in passing if choice in faster[name]]
+    row = rows[choice]
+    parts = [
+        f"{choice}: passes the quality gate (BLEU delta {row['bleu_delta']:+.2f}, 95 % CI "
+        f"[{row['bleu_delta_ci'][0]:+.2f}, {row['bleu_delta_ci'][1]:+.2f}])"
+        if choice != baseline
+        else f"{choice}: the baseline"
+    ]
+    if beats:
+        parts.append(f"at least {margin:.2f}x faster than {', '.join(beats)} in every paired repetition")
+    ties = [name for name in front if name != choice]
+    if ties:
+        parts.append(
+            f"within noise of {', '.join(ties)}: chosen as the smallest on disk ({row['size_mb']} MB), "
+            "then by the fixed order"
+        )
+    losers = [name for name in order if rows[name]["gate"] != "pass"]
+    if losers:
+        parts.append("not considered: " + ", ".join(f"{n} ({rows[n]['gate']})" for n in losers))
+    return choice, "; ".join(parts)

@@ -1,0 +1,323 @@
+"""`mtonnx compare RUN_A RUN_B`: what changed between two runs, and whether any of it is a regression.
+
+Every metric of the two metrics.json files is classified:
+- quality and parity (token matches, BLEU/chrF and their deltas, gate outcomes, token-id hashes, doctor failures,
+  pitfalls reproduced): any change is reported; a drop is a regression (a changed token-id hash too: the same
+  code should translate the same way);
+- speed: where both runs recorded per-repetition times, a change counts only beyond both runs' spread (B's
+  fastest repetition slower than A's slowest by `speed_margin`, or the reverse for an improvement), otherwise
+  it is "within noise"; single timings are listed, never judged;
+- size and memory: beyond `size_threshold` (relative) is a regression;
+- everything else is listed as changed.
+Plus the params and environment differences, the translations that changed per variant, and whether the two
+run fingerprints are equal. Reads JSON only: no notebook runs and torch is never imported.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mtonnx.report.fingerprint import is_timing
+from mtonnx.report.record import flatten
+from mtonnx.runtime import layout
+
+GATE_RANK = {"fail": 0, "inconclusive": 1, "pass": 2}
+LOWER_IS_WORSE = (
+    "token_match",
+    "bleu",
+    "chrf",
+    "exact_match",
+    "agree_bleu",
+    "parity_pass",
+    "reproduced",
+    "cached_equals_no_cache",
+    "static_axes_error_caught",
+    "pitfalls.each.",
+)
+HIGHER_IS_WORSE = ("failures", "warnings", "max_abs_diff")
+QUALITY = (*LOWER_IS_WORSE, *HIGHER_IS_WORSE, "gate", "tokens_sha", "recommended", "sentences_needed", "p_value")
+SIZE = ("size_mb", "rss_mb", "rss_after_run_mb", "weights_mb")
+
+
+class CompareError(ValueError):
+    """Runs that cannot be compared; str() is the one line shown to the user."""
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a change counts: speed beyond the spread by `speed_margin`, size/memory beyond `size_threshold`."""
+
+    speed_margin: float = 1.5
+    size_threshold: float = 0.1
+
+
+def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """A run directory's metrics, env and translations; CompareError when it is not a run directory."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise CompareError(f"{run_dir} is not a directory")
+    try:
+        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
+        env = json.loads((run_dir / "env.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CompareError(f"{run_dir} is not a readable run directory (metrics.json, env.json): {err}") from None
+    translations_path = run_dir / "variants" / layout.TRANSLATIONS
+    translations = json.loads(translations_path.read_text(encoding="utf-8")) if translations_path.is_file() else {}
+    return {"dir": str(run_dir), "metrics": metrics, "env": env, "translations": translations}
+
+
+def thresholds_of(run: dict[str, Any]) -> Thresholds:
+    """The `compare` section of the params a run recorded (defaults where it has none)."""
+    section = run["env"].get("params", {}).get("compare", {})
+    return Thresholds(**{k: section[k] for k in ("speed_margin", "size_threshold") if k in section})
+
+
+def compare(a: dict[str, Any], b: dict[str, Any], thresholds: Thresholds = Thresholds()) -> dict[str, Any]:
+    """Everything that differs between runs `a` and `b` (load_run's dicts), classified, with the regressions."""
+    model_a, model_b = (run["env"].get("params", {}).get("model", {}).get("name") for run in (a, b))
+    if model_a != model_b:
+        raise CompareError(f"the runs are of different models ({model_a} and {model_b}): nothing to compare")
+    flat_a, flat_b = flatten(_without_timing_lists(a["metrics"])), flatten(_without_timing_lists(b["metrics"]))
+    changes = {"quality": [], "speed": [], "size": [], "other": []}
+    for key in sorted(set(flat_a) | set(flat_b)):
+        if key.startswith("run.") or flat_a.get(key) == flat_b.get(key):
+            continue
+        kind = classify(key)
+        changes[kind].append(_judge(kind, key, flat_a.get(key), flat_b.get(key), thresholds))
+    changes["speed"] = [c for c in changes["speed"] if c is not None] + _speed(a["metrics"], b["metrics"], thresholds)
+    translations = _translations(a["translations"], b["translations"])
+    regressions = [
+        f"{c['kind']}: {c['key']} {_short(c['a'])} -> {_short(c['b'])}"
+        for kind in changes
+        for c in changes[kind]
+        if c["verdict"] == "regression"
+    ]
+    regressions += [
+        f"translations: {name}: {t['changed']} of {t['sentences']} changed"
+        for name, t in translations.items()
+        if t["changed"]
+    ]
+    fingerprints = [run["metrics"].get("run", {}).get("fingerprint") for run in (a, b)]
+    return {
+        "a": a["dir"],
+        "b": b["dir"],
+        "model": model_a,
+        "thresholds": thresholds.__dict__,
+        "fingerprints": {"a": fingerprints[0], "b": fingerprints[1], "equal": fingerprints[0] == fingerprints[1]},
+        "params": _diff(flatten(a["env"].get("params", {})), flatten(b["env"].get("params", {}))),
+        "environment": _diff(_env(a["env"]), _env(b["env"])),
+        "changes": changes,
+        "translations": translations,
+        "regressions": regressions,
+    }
+
+
+def classify(key: str) -> str:
+    """quality / speed / size / other for a flattened metric key."""
+    last = key.rsplit(".", 1)[-1]
+    if key.startswith("pitfalls.each."):
+        return "quality"
+    if any(word in last for word in SIZE) or key.startswith(("bench.rss", "bench.memory_ablation.")):
+        return "size"
+    if is_timing(key) or key.startswith("graphview.seconds"):
+        return "speed"
+    if any(word in last for word in QUALITY):
+        return "quality"
+    return "other"
+
+
+def _judge(kind: str, key: str, a: Any, b: Any, t: Thresholds) -> dict[str, Any] | None:
+    change = {"kind": kind, "key": key, "a": a, "b": b, "verdict": "changed"}
+    if kind == "quality":
+        change["verdict"] = "regression" if _worse(key, a, b) else "changed"
+    elif kind == "size" and isinstance(a, (int, float)) and isinstance(b, (int, float)) and a:
+        change["verdict"] = (
+            "regression"
+            if b > a * (1 + t.size_threshold)
+            else ("improvement" if b < a * (1 - t.size_threshold) else "within threshold")
+        )
+    elif kind == "speed":
+        change["verdict"] = "single measurement"
+    return change
+
+
+def _worse(key: str, a: Any, b: Any) -> bool:
+    last = key.rsplit(".", 1)[-1]
+    if a is None or b is None:
+        return b is None  # a quality metric that disappeared
+    if last == "gate":
+        return GATE_RANK.get(b, -1) < GATE_RANK.get(a, -1)
+    if last in ("tokens_sha",):
+        return True
+    if isinstance(a, bool) or isinstance(b, bool):
+        return bool(a) and not b if key.startswith(LOWER_IS_WORSE) or last.endswith(LOWER_IS_WORSE) else False
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if any(word in last for word in HIGHER_IS_WORSE):
+            return b > a
+        if "delta_ci" in key or last in ("p_value", "sentences_needed"):
+            return False
+        return b < a
+    return False
+
+
+def _without_timing_lists(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics without the per-repetition lists (compared by `_speed`) and bench's row lists."""
+    out = json.loads(json.dumps(metrics))
+    bench = out.get("bench", {})
+    for key in ("results", "ablation"):
+        bench.pop(key, None)
+    for variant in out.get("quant", {}).values():
+        if isinstance(variant, dict):
+            for key in [k for k in variant if k.startswith("times_ms")]:
+                variant.pop(key)
+    return out
+
+
+def _series(metrics: dict[str, Any]) -> dict[str, list[float]]:
+    """Every per-repetition timing a run recorded, by a stable name."""
+    series = {
+        f"bench {r['engine']} {r['config']}": r["times_ms"]
+        for r in metrics.get("bench", {}).get("results", [])
+        if r.get("times_ms")
+    }
+    for name, row in metrics.get("quant", {}).items():
+        if isinstance(row, dict):
+            series.update({f"quant {name} {k}": v for k, v in row.items() if k.startswith("times_ms") and v})
+    return series
+
+
+def _speed(a: dict[str, Any], b: dict[str, Any], t: Thresholds) -> list[dict[str, Any]]:
+    series_a, series_b = _series(a), _series(b)
+    out = []
+    for key in sorted(set(series_a) & set(series_b)):
+        ta, tb = series_a[key], series_b[key]
+        if min(tb) > max(ta) * t.speed_margin:
+            verdict = "regression"
+        elif max(tb) * t.speed_margin < min(ta):
+            verdict = "improvement"
+        else:
+            verdict = "within noise"
+        out.append(
+            {
+                "kind": "speed",
+                "key": key,
+                "a": round(sorted(ta)[len(ta) // 2], 2),
+                "b": round(sorted(tb)[len(tb) // 2], 2),
+                "spread_a": [min(ta), max(ta)],
+                "spread_b": [min(tb), max(tb)],
+                "verdict": verdict,
+            }
+        )
+    return out
+
+
+def _translations(a: dict[str, Any], b: dict[str, Any], examples: int = 3) -> dict[str, dict[str, Any]]:
+    out = {}
+    sources = b.get("sources") or a.get("sources") or []
+    for name in sorted(set(a.get("variants", {})) & set(b.get("variants", {}))):
+        ta, tb = a["variants"][name], b["variants"][name]
+        changed = [i for i, (x, y) in enumerate(zip(ta, tb)) if x != y]
+        out[name] = {
+            "sentences": len(tb),
+            "changed": len(changed),
+            "examples": [
+                {"en": sources[i] if i < len(sources) else "", "a": ta[i], "b": tb[i]} for i in changed[:examples]
+            ],
+        }
+    return out
+
+
+def _env(env: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "python": env.get("python"),
+        **{f"packages.{k}": v for k, v in env.get("packages", {}).items()},
+        "cpu": env.get("cpu", {}).get("model"),
+        "git.sha": env.get("git", {}).get("sha"),
+        "git.dirty": env.get("git", {}).get("dirty"),
+        "params_hash": env.get("params_hash"),
+    }
+
+
+def _diff(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"key": k, "a": a.get(k), "b": b.get(k)} for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per kind of change: how many changed, how many regressed (the summary table of every format)."""
+    rows = [
+        {
+            "kind": kind,
+            "changed": len(items),
+            "regressions": sum(c["verdict"] == "regression" for c in items),
+            "within noise": sum(c["verdict"] in ("within noise", "within threshold") for c in items),
+        }
+        for kind, items in result["changes"].items()
+    ]
+    changed = sum(t["changed"] > 0 for t in result["translations"].values())
+    rows.append({"kind": "translations", "changed": changed, "regressions": changed, "within noise": 0})
+    return rows
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """A pull-request comment: the summary table first, the details in collapsible sections."""
+    verdict = "**no regression**" if not result["regressions"] else f"**{len(result['regressions'])} regression(s)**"
+    fingerprint = "equal" if result["fingerprints"]["equal"] else "different"
+    lines = [
+        f"## mtonnx compare: {verdict}",
+        "",
+        f"`{result['a']}` -> `{result['b']}` ({result['model']}); fingerprints {fingerprint}",
+        "",
+        "| kind | changed | regressions | within noise |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [
+        f"| {r['kind']} | {r['changed']} | {r['regressions']} | {r['within noise']} |" for r in summary_rows(result)
+    ]
+    if result["regressions"]:
+        lines += ["", "Regressions:", *[f"- {r}" for r in result["regressions"]]]
+    sections = [
+        ("Params", result["params"]),
+        ("Environment", result["environment"]),
+        *[(f"{kind.capitalize()} changes", items) for kind, items in result["changes"].items()],
+    ]
+    for title, items in sections:
+        if not items:
+            continue
+        lines += [
+            "",
+            f"<details><summary>{title} ({len(items)})</summary>",
+            "",
+            "| key | A | B | verdict |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [f"| `{i['key']}` | {_short(i['a'])} | {_short(i['b'])} | {i.get('verdict', '')} |" for i in items]
+        lines += ["", "</details>"]
+    for name, t in result["translations"].items():
+        if t["changed"]:
+            lines += [
+                "",
+                f"<details><summary>Translations changed: {name} ({t['changed']} of {t['sentences']})</summary>",
+                "",
+                "| English | A | B |",
+                "| --- | --- | --- |",
+            ]
+            lines += [f"| {e['en']} | {e['a']} | {e['b']} |" for e in t["examples"]]
+            lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"
+
+
+def to_html(result: dict[str, Any]) -> str:
+    """The same content as the markdown, in the report's style."""
+    from jinja2 import Environment, PackageLoader, select_autoescape
+
+    jinja = Environment(loader=PackageLoader("mtonnx.report", "templates"), autoescape=select_autoescape())
+    jinja.filters["short"] = _short
+    return jinja.get_template("compare.html").render(result=result, summary=summary_rows(result))
