@@ -139,15 +139,15 @@ def by_source(sources: list[str], hypotheses: list[str], references: list[str]) 
     return out
 
 
-def typical_examples(pairs: list, hypotheses: list[str], count: int = 2) -> list[dict[str, Any]]:
-    """Per data source, the `count` best and `count` worst translations by sentence chrF (ties by position):
-    typical successes and failures to show next to a corpus score."""
+def best_and_worst(pairs: list, hypotheses: list[str], count: int = 2) -> list[dict[str, Any]]:
+    """Per data source, the `count` best and `count` worst translations by sentence chrF (ties by position), to
+    show what a corpus score means next to it (out of domain, even the best are often wrong)."""
     chrf, out = CHRF(), []
     for name in dict.fromkeys(p.source for p in pairs):
         picked = [i for i, p in enumerate(pairs) if p.source == name]
         scores = {i: chrf.sentence_score(hypotheses[i], [pairs[i].zh]).score for i in picked}
         order = sorted(picked, key=lambda i: (-scores[i], i))
-        for kind, chosen in (("success", order[:count]), ("failure", order[::-1][:count])):
+        for kind, chosen in (("best", order[:count]), ("worst", order[::-1][:count])):
             out += [
                 {
                     "source": name,
