@@ -17,7 +17,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@[ -x "$(PYTHON)" ] || [ "$(ENV_DIR)" != ".venv" ] || python3 -m venv .venv
-	$(PYTHON) -m pip install --disable-pip-version-check -q -e ".[dev,bench]"
+	$(PYTHON) -m pip install --disable-pip-version-check -q -e ".[lab,bench,serve,scale,dev]"
 	$(PYTHON) -m ipykernel install --sys-prefix --name mtonnx --display-name "Python (mtonnx)"
 	@touch $@
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,6 +38,11 @@ def mtonnx_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "mtonnx", *args]
 
 
+def run_cli(*args: str, cwd: Path = REPO, timeout: float = 300, **options) -> subprocess.CompletedProcess:
+    """`python -m mtonnx *args` with text output captured (options: env, input)."""
+    return subprocess.run(mtonnx_cmd(*args), capture_output=True, text=True, cwd=cwd, timeout=timeout, **options)
+
+
 @pytest.fixture(scope="session")
 def hand_export(tiny_dir, tmp_path_factory) -> Path:
     """The tiny model exported by hand (TorchScript exporter: seconds, where torch.export takes ~30 s)."""
@@ -64,3 +70,18 @@ def optimum_dir(tiny_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("optimum") / "export_optimum"
     export_optimum(tiny_dir, out)
     return out
+
+
+def needs_browser(module_level: bool = False) -> None:
+    """Skip, naming the fix, when Debian's Chromium is missing, unless MTONNX_REQUIRE_BROWSER=1 (.ci/run sets it):
+    then a missing browser is a failure, so CI always renders for real."""
+    from mtonnx.report.graphview import find_chromium
+
+    if find_chromium() is not None:
+        return
+    if os.environ.get("MTONNX_REQUIRE_BROWSER") == "1":
+        pytest.fail("MTONNX_REQUIRE_BROWSER=1 but Chromium is not installed: apt-get install chromium", pytrace=False)
+    pytest.skip(
+        "Chromium is not installed (apt-get install chromium); MTONNX_REQUIRE_BROWSER=1 makes this a failure",
+        allow_module_level=module_level,
+    )

@@ -10,14 +10,12 @@ import psutil
 import pytest
 from PIL import Image
 
+from conftest import needs_browser
 from mtonnx.export.manual import export_manual
 from mtonnx.report import graphview
 from mtonnx.runtime import layout
 
-if graphview.find_chromium() is None:
-    if os.environ.get("CI"):
-        pytest.fail("CI must install Chromium (.ci/run does: apt-get install chromium)", pytrace=False)
-    pytest.skip("Chromium is not installed", allow_module_level=True)
+needs_browser(module_level=True)
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +69,29 @@ def test_without_the_build_date_fix_an_aged_build_refuses(encoder, tmp_path):
 def test_missing_graph_is_a_clear_error(tmp_path):
     with pytest.raises(graphview.GraphViewError, match=r"nope.onnx: no such ONNX file"):
         graphview.render(tmp_path / "nope.onnx", tmp_path)
+
+
+def test_the_interactive_view_keeps_working_and_stays_on_the_loopback_server(encoder):
+    """The IFrame's page, opened in Chromium 200 days from now: the graph, not netron's update prompt, and no
+    request to any host but the loopback server."""
+    from playwright.sync_api import sync_playwright
+
+    address = graphview.start_interactive(encoder)
+    base = f"http://{address[0]}:{address[1]}/"
+    requests = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=graphview.find_chromium(), headless=True, args=graphview.CHROMIUM_ARGS
+            )
+            page = browser.new_page()
+            page.on("request", lambda request: requests.append(request.url))
+            page.clock.set_system_time(dt.datetime.now() + dt.timedelta(days=200))
+            page.goto(base)
+            page.wait_for_function(graphview.READY, timeout=60_000)
+            message = page.locator("#message-text")
+            assert not (message.count() and "update" in message.inner_text().lower())
+            browser.close()
+    finally:
+        graphview.stop_interactive(address)
+    assert requests and all(url.startswith(base) or url.startswith(("data:", "blob:")) for url in requests), requests

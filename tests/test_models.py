@@ -4,13 +4,12 @@ opus-shape matches the real config; a hub model that cannot be reached is one cl
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import REPO, cli_env, mtonnx_cmd
+from conftest import REPO, cli_env, run_cli
 from mtonnx.sources import models
 
 REAL_CONFIG = Path(__file__).parent / "data" / "opus-mt-en-zh" / "config.json"
@@ -108,14 +107,7 @@ def test_unreachable_hub_is_one_clear_error(tmp_path, models_dir):
         HF_HUB_ETAG_TIMEOUT="5",
         MTONNX_PROJECT_ROOT=str(REPO),
     )  # the params file lives outside the checkout
-    done = subprocess.run(
-        mtonnx_cmd("run", "--params", str(params), "--out", str(tmp_path / "out")),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
-    )
+    done = run_cli("run", "--params", str(params), "--out", str(tmp_path / "out"), env=env, timeout=120)
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("mtonnx: error:")]
     assert len(errors) == 1

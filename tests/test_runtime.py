@@ -12,7 +12,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import REPO, mtonnx_cmd
+from conftest import REPO, mtonnx_cmd, run_cli
 from mtonnx import data
 from mtonnx.check.parity import runtime_parity
 from mtonnx.runtime import MarianSpmTokenizer, ModelDirError, Translator
@@ -109,12 +109,15 @@ def test_translate_keeps_order_with_length_bucketing(layouts):
     assert together == alone
 
 
-def test_overlong_input_is_truncated_with_a_warning(layouts):
+def test_overlong_input_is_translated_in_pieces_with_a_warning(layouts):
     translator = layouts["hand"]
-    long_text = " ".join(["word"] * 400)
-    with pytest.warns(UserWarning, match="truncated to the model's maximum of 256"):
+    long_text = ", ".join(["the teacher reads a book"] * 80)  # far more tokens than the model's 256 positions
+    pieces = translator.fit(long_text)
+    assert len(pieces) > 1 and " ".join(pieces) == long_text
+    assert all(len(translator.tokenizer.encode(p)) <= translator.max_positions for p in pieces)
+    with pytest.warns(UserWarning, match=r"text 0 is longer than the model's 256 positions: translated in \d+ pieces"):
         out = translator.translate([long_text, "Hello."], max_new_tokens=5)
-    assert len(out) == 2
+    assert len(out) == 2 and out[0] == "".join(translator.translate(pieces, max_new_tokens=5))
 
 
 def test_split_sentences():
@@ -186,14 +189,7 @@ def test_bad_model_dirs_are_clear_errors(hand_export, tmp_path, models_dir):
     (mismatched / "vocab.json").write_text(json.dumps(vocab))
     with pytest.raises(ModelDirError, match=r"vocab.json has \d+ entries but the model's logits have \d+"):
         Translator(mismatched)
-    done = subprocess.run(
-        mtonnx_cmd("translate", "--model-dir", str(mismatched)),
-        input="Hello.\n",
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=60,
-    )
+    done = run_cli("translate", "--model-dir", str(mismatched), input="Hello.\n", timeout=60)
     assert done.returncode == 2 and done.stderr.startswith("mtonnx: error: ") and "Traceback" not in done.stderr
 
 

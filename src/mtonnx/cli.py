@@ -6,95 +6,205 @@
 - `bench`: the peer benchmark for a params file (results JSON in the run dir).
 - `doctor`: check an export against its source model (table or JSON; exit 1 on any failure).
 - `compare`: what changed between two run directories, classified; exit 1 on a regression (JSON only, no torch).
+- `serve`, `serve-bench`: the HTTP translation service and its load generator (the `serve` extra).
+- `batch`: translate a corpus locally or on Ray Data (the `scale` extra).
 - `train`: train the default model from packaged data (`make model`).
+
+Every error a user can cause is one line on stderr and exit code 2 (bad input) or 1 (a run or check failed);
+Ctrl-C is exit 130, never a traceback. A command whose extra is not installed says which one to install.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
+import os
 import sys
 from pathlib import Path
 
-from mtonnx.params import ParamsError, load
+EXTRAS = {"run": "lab", "bench": "lab", "train": "lab", "serve": "serve", "serve-bench": "serve", "batch": "scale"}
+NEEDS = {"lab": ("torch", "papermill", "yaml"), "serve": ("fastapi", "uvicorn"), "scale": ("pyarrow",)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run the command; returns the process exit code."""
-    parser = argparse.ArgumentParser(prog="mtonnx", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+class Parser(argparse.ArgumentParser):
+    """argparse, with a bad argument as one line (`mtonnx: error: ...`) and exit code 2."""
+
+    def error(self, message: str):
+        """One line and exit 2, instead of argparse's usage block."""
+        self.exit(2, f"mtonnx: error: {self.prog.removeprefix('mtonnx ')}: {message}\n")
+
+
+def in_range(kind: type, lo: float, hi: float | None = None):
+    """An argparse type: a number of `kind` from `lo` to `hi`, or a one-line error."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{value} is out of range {lo}..{hi if hi is not None else 'inf'}")
+        return value
+
+    return parse
+
+
+def build_parser() -> Parser:
+    """The whole command line."""
+    from mtonnx.runtime.layout import LAYOUTS
+
+    parser = Parser(prog="mtonnx", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     run = commands.add_parser("run", help="execute the notebooks with papermill and write the report")
     run.add_argument("--params", required=True, help="params YAML file, e.g. params/default.yaml")
     run.add_argument("--out", help="run directory (default: outputs/<params name>)")
     run.add_argument("--only", help="comma-separated notebook numbers to run, e.g. 01,02")
     run.add_argument("--notebooks", help="directory of NN_name.ipynb notebooks (default: the project's)")
     translate = commands.add_parser("translate", help="translate English text with an exported model (no torch)")
-    translate.add_argument("--model-dir", required=True, help="export directory (hand export or optimum's)")
+    translate.add_argument("--model-dir", required=True, help="export directory (hand export, optimum's, a variant)")
     translate.add_argument("-i", "--input", help="input text file, one sentence or paragraph per line (default: stdin)")
-    translate.add_argument("-o", "--output", help="output file (default: stdout)")
-    translate.add_argument("--beams", type=int, help="beam size (default: the model's generation_config)")
-    translate.add_argument("--max-new-tokens", type=int, help="longest translation in tokens (default: the model's)")
-    translate.add_argument("--batch-size", type=int, default=16)
-    translate.add_argument("--source-prefix", default="", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
+    translate.add_argument("-o", "--output", help="output file, written when complete (default: stdout)")
+    translate.add_argument("--beams", type=in_range(int, 1, 64), help="beam size (default: the model's)")
     translate.add_argument(
-        "--decoder", default="auto", choices=("auto", "tuned", "lean", "split", "merged", "no-cache")
+        "--max-new-tokens",
+        type=in_range(int, 1),
+        help="longest translation in tokens (default: the model's; at most its positions - 1)",
     )
-    translate.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads per session")
+    translate.add_argument(
+        "--batch-size",
+        type=in_range(int, 1, 256),
+        default=16,
+        help="sentences per model call (1..256; memory grows with it)",
+    )
+    translate.add_argument("--source-prefix", default="", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
+    translate.add_argument("--decoder", default="auto", choices=("auto", *LAYOUTS))
+    translate.add_argument(
+        "--threads",
+        type=in_range(int, 0, 256),
+        default=1,
+        help="ONNX Runtime threads per session (0: ONNX Runtime's default)",
+    )
+    translate.add_argument(
+        "--errors",
+        choices=("strict", "replace"),
+        default="strict",
+        help="invalid UTF-8 in the input: stop with the line and byte (strict) or replace it",
+    )
     bench = commands.add_parser("bench", help="the peer benchmark (PyTorch, optimum, mtonnx, CTranslate2)")
     bench.add_argument("--params", required=True, help="params YAML file; its bench section sets the matrix")
     bench.add_argument("--out", help="run directory (default: outputs/<params name>)")
     doctor = commands.add_parser("doctor", help="check an export directory against its source model")
     doctor.add_argument("--model-dir", required=True, help="the source model (Hugging Face directory)")
     doctor.add_argument("--onnx-dir", required=True, help="the export directory (hand, optimum or a variant)")
-    doctor.add_argument("--tolerance", type=float, default=1e-4, help="fp32 logits parity tolerance")
+    doctor.add_argument("--tolerance", type=in_range(float, 0.0, 1.0), default=1e-4, help="fp32 logits tolerance")
     doctor.add_argument("--json", action="store_true", help="print the rows as JSON (for CI)")
     compare = commands.add_parser("compare", help="what changed between two run directories (exit 1 on a regression)")
     compare.add_argument("run_a", help="the run compared against, e.g. main's last run")
     compare.add_argument("run_b", help="the run under review, e.g. a branch's")
     compare.add_argument("--out", help="directory to write compare.<format> into (default: print it)")
     compare.add_argument("--format", choices=("md", "html", "json"), default="md")
-    compare.add_argument("--speed-margin", type=float, help="beyond-spread factor for speed (default: RUN_B's params)")
-    compare.add_argument("--size-threshold", type=float, help="relative size/memory change that counts (e.g. 0.1)")
+    compare.add_argument("--speed-margin", type=in_range(float, 1.0), help="beyond-spread factor (default: B's params)")
+    compare.add_argument("--size-threshold", type=in_range(float, 0.0), help="relative size/memory change that counts")
     train = commands.add_parser("train", help="train the default model from packaged data (params: train section)")
     train.add_argument("--params", required=True, help="params YAML file, e.g. params/train.yaml")
+    for name, module, help_ in (
+        ("serve", "mtonnx.serve", "the HTTP translation service (serve extra)"),
+        ("serve-bench", "mtonnx.serve", "load-test a running service (serve extra)"),
+        ("batch", "mtonnx.scale", "translate a corpus locally or on Ray (scale extra)"),
+    ):
+        sub = commands.add_parser(name, help=help_)
+        try:  # the packages' argument definitions are argparse only: they load without their extra
+            getattr(_module(module), "bench_arguments" if name == "serve-bench" else "add_arguments")(sub)
+        except ImportError:
+            sub.add_argument("rest", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the command; returns the process exit code."""
+    parser = build_parser()
     args = parser.parse_args(argv)
-
-    if args.command == "translate":
-        return _translate(args)
-    if args.command == "doctor":
-        return _doctor(args)
-    if args.command == "compare":
-        return _compare(args)
-    try:
-        params = load(args.params)
-    except ParamsError as err:
-        print(f"mtonnx: error: {err}", file=sys.stderr)
+    missing = _missing_extra(args.command)
+    if missing:
+        print(
+            f"mtonnx: error: `mtonnx {args.command}` needs the {missing} extra: pip install 'mtonnx[{missing}]'",
+            file=sys.stderr,
+        )
         return 2
-    if args.command == "bench":
-        return _bench(params, args)
-    return _train(params) if args.command == "train" else _run(params, args)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("mtonnx: interrupted", file=sys.stderr)
+        return 130
 
 
-def _run(params: dict, args: argparse.Namespace) -> int:
-    from mtonnx.report.runner import RunFailed, run
+def _has(extra: str) -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in NEEDS[extra])
+
+
+def _missing_extra(command: str) -> str | None:
+    extra = EXTRAS.get(command)
+    return extra if extra and not _has(extra) else None
+
+
+def _module(name: str):
+    return importlib.import_module(name)
+
+
+def _with_params(command):
+    """Load --params for `command(args, params)`; a bad params file is one line on stderr and exit 2."""
+
+    @functools.wraps(command)
+    def wrapper(args: argparse.Namespace) -> int:
+        from mtonnx.params import ParamsError, load
+
+        try:
+            params = load(args.params)
+        except ParamsError as err:
+            print(f"mtonnx: error: {err}", file=sys.stderr)
+            return 2
+        return command(args, params)
+
+    return wrapper
+
+
+def _run_dir(args: argparse.Namespace, params: dict) -> Path:
+    return Path(args.out) if args.out else Path("outputs") / params["name"]
+
+
+@_with_params
+def _run(args: argparse.Namespace, params: dict) -> int:
+    from mtonnx.report.runner import RunFailed, RunInterrupted, run, select_only
     from mtonnx.sources.models import ModelSourceError
 
-    only = [n.strip().zfill(2) for n in args.only.split(",") if n.strip()] if args.only else None
-    out = Path(args.out) if args.out else Path("outputs") / params["name"]
+    out = _run_dir(args, params)
+    try:
+        only = select_only(args.only)
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {out} is a file: give a directory for the run")
+    except ValueError as err:
+        print(f"mtonnx: error: {err}", file=sys.stderr)
+        return 2
     try:
         run(params, out, only=only, notebooks_dir=args.notebooks, log=lambda m: print(m, file=sys.stderr))
+    except RunInterrupted as err:
+        print(f"mtonnx: interrupted: {err}", file=sys.stderr)
+        return 130
     except (RunFailed, ModelSourceError) as err:
         print(f"mtonnx: error: {err}", file=sys.stderr)
         return 1
     return 0
 
 
-def _bench(params: dict, args: argparse.Namespace) -> int:
+@_with_params
+def _bench(args: argparse.Namespace, params: dict) -> int:
     from mtonnx.measure.benchmark import metrics, run_benchmark
     from mtonnx.report.record import merge_metrics, record
     from mtonnx.report.runner import default_models_dir
     from mtonnx.sources.models import ModelSourceError
 
-    out = Path(args.out) if args.out else Path("outputs") / params["name"]
+    out = _run_dir(args, params)
     try:
         result = run_benchmark(params, out, default_models_dir(), log=lambda m: print(m, file=sys.stderr))
     except ModelSourceError as err:
@@ -121,7 +231,8 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if any(r["status"] == "fail" for r in rows) else 0
 
 
-def _train(params: dict) -> int:
+@_with_params
+def _train(args: argparse.Namespace, params: dict) -> int:
     from mtonnx.sources.train import RECIPE, train
 
     t = params["train"]
@@ -143,19 +254,51 @@ def _train(params: dict) -> int:
     return 0
 
 
+def _output_problem(output: str | None, source: str | None) -> str | None:
+    """Why `-o` cannot be written (checked before any work), or None."""
+    if output is None:
+        return None
+    path = Path(output)
+    if path.is_dir():
+        return f"-o {output} is a directory: give a file name"
+    if not path.parent.resolve().is_dir():
+        return f"-o {output}: the directory {path.parent} does not exist"
+    if not os.access(path.parent.resolve(), os.W_OK):
+        return f"-o {output}: the directory {path.parent} is not writable"
+    if source is not None and path.resolve() == Path(source).resolve():
+        return f"-o {output} is the input file: the translation would replace it; write to another file"
+    return None
+
+
 def _translate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from mtonnx.report.artifacts import write_atomic
     from mtonnx.runtime import ModelDirError, SessionSettings, Translator
-    from mtonnx.runtime.textio import translate_lines
+    from mtonnx.runtime.textio import InputError, read_text, split_lines, translate_lines
+    from mtonnx.runtime.translator import max_positions
 
-    try:
-        translator = Translator(args.model_dir, decoder=args.decoder, session=SessionSettings(threads=args.threads))
-        text = Path(args.input).read_text(encoding="utf-8") if args.input else sys.stdin.read()
-    except (ModelDirError, OSError) as err:
-        print(f"mtonnx: error: {err}", file=sys.stderr)
+    def fail(message: str) -> int:
+        print(f"mtonnx: error: {message}", file=sys.stderr)
         return 2
-    lines = text.splitlines()
+
+    problem = _output_problem(args.output, args.input)
+    if problem:
+        return fail(problem)
+    try:
+        positions = max_positions(Path(args.model_dir)) if Path(args.model_dir).is_dir() else None
+        if positions and args.max_new_tokens and args.max_new_tokens >= positions:
+            return fail(
+                f"--max-new-tokens {args.max_new_tokens}: the model has {positions} positions, so at most "
+                f"{positions - 1} new tokens"
+            )
+        text = read_text(args.input, errors=args.errors)
+        translator = Translator(args.model_dir, decoder=args.decoder, session=SessionSettings(threads=args.threads))
+    except (ModelDirError, InputError, ValueError) as err:
+        return fail(str(err))
+    except OSError as err:
+        return fail(f"{err.filename or args.input}: {err.strerror}")
+    lines = split_lines(text)
     options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
     with tqdm(total=0, unit="sentence", file=sys.stderr, desc="translating") as bar:
 
@@ -165,9 +308,15 @@ def _translate(args: argparse.Namespace) -> int:
                 sentences, batch_size=args.batch_size, source_prefix=args.source_prefix, progress=bar.update, **options
             )
 
-        result = "\n".join(translate_lines(translate, lines)) + ("\n" if lines else "")
+        translated = translate_lines(
+            translate,
+            lines,
+            fit=lambda s: translator.fit(s, args.source_prefix),
+            warn=lambda message: bar.write(f"mtonnx: warning: {message}", file=sys.stderr),
+        )
+    result = "".join(f"{line}\n" for line in translated)
     if args.output:
-        Path(args.output).write_text(result, encoding="utf-8")
+        write_atomic(args.output, result)
     else:
         sys.stdout.write(result)
     return 0
@@ -203,3 +352,20 @@ def _compare(args: argparse.Namespace) -> int:
     for regression in result["regressions"]:
         print(f"mtonnx: regression: {regression}", file=sys.stderr)
     return 1 if result["regressions"] else 0
+
+
+def _extra(module: str, function: str):
+    return lambda args: getattr(_module(module), function)(args)
+
+
+COMMANDS = {
+    "run": _run,
+    "translate": _translate,
+    "bench": _bench,
+    "doctor": _doctor,
+    "compare": _compare,
+    "train": _train,
+    "serve": _extra("mtonnx.serve", "main"),
+    "serve-bench": _extra("mtonnx.serve", "bench_main"),
+    "batch": _extra("mtonnx.scale", "main"),
+}

@@ -1,7 +1,7 @@
 """Run parameters: load a params YAML file, validate it against one schema, fill defaults.
 
-Validation is hand-written and imports only PyYAML so that a bad params file fails in well
-under two seconds, before torch or papermill are imported. Every error is one line that names
+Validation is hand-written and imports only PyYAML (when a file is loaded) so that a bad params file fails in
+well under two seconds, before torch or papermill are imported. Every error is one line that names
 the file and the dotted key.
 """
 
@@ -10,12 +10,11 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 # The vocabularies other modules share with the schema (export.manual, measure.peers).
 EXPORTERS = ("torchscript", "dynamo")
@@ -113,7 +112,9 @@ SCHEMA: dict[str, Any] = {
         "port": Field(int, 8000, "`mtonnx serve`: the port", lo=0, hi=65535),
         "threads": Field(int, 1, "ONNX Runtime intra-op threads of the service's model", lo=0, hi=64),
         "max_batch_size": Field(int, 16, "dynamic batching: most sentences per model call", lo=1, hi=256),
-        "max_wait_ms": Field(float, 5.0, "dynamic batching: longest wait for a batch to fill", lo=0.0, hi=10000.0),
+        "max_wait_ms": Field(
+            float, 0.0, "dynamic batching: how long an idle model waits for a batch to fill", lo=0.0, hi=10000.0
+        ),
         "queue_size": Field(int, 1024, "sentences waiting at most; a full queue answers 503", lo=1, hi=1_000_000),
         "request_timeout_s": Field(float, 30.0, "a request waiting longer answers 504", lo=0.1, hi=3600.0),
         "max_body_bytes": Field(int, 1_000_000, "largest request body (413 above)", lo=1, hi=1_000_000_000),
@@ -166,11 +167,17 @@ SCHEMA: dict[str, Any] = {
 def load(path: str | Path) -> dict[str, Any]:
     """Read and validate a params file; returns the full params (defaults filled) plus `_file`, `_hash` and
     `_root` (the project root: $MTONNX_PROJECT_ROOT, else `project_root` relative to the file)."""
+    import yaml
+
     path = Path(path)
+    if path.is_dir():
+        raise ParamsError(f"{path}: is a directory, not a params file (e.g. params/default.yaml)")
     if not path.is_file():
         raise ParamsError(f"{path}: params file not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.load(path.read_bytes().decode("utf-8"), Loader=_unique_keys_loader())
+    except UnicodeDecodeError as err:
+        raise ParamsError(f"{path}: not a text file (byte {err.start} is not UTF-8); a params file is YAML") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
@@ -185,6 +192,26 @@ def load(path: str | Path) -> dict[str, Any]:
     params["_hash"] = params_hash(params)
     params["_root"] = str(Path(os.environ.get(ROOT_ENV) or path.resolve().parent / params["project_root"]).resolve())
     return params
+
+
+def _unique_keys_loader():
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML would keep the last silently)."""
+    import yaml
+
+    class UniqueKeys(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return loader.construct_mapping(node, deep=deep)
+
+    UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    return UniqueKeys
 
 
 def params_hash(params: dict[str, Any]) -> str:
@@ -257,6 +284,8 @@ def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
         if unknown:
             raise ParamsError(f"{file}: '{key}' has {unknown[0]!r}; choose from {', '.join(spec.choices)}")
         return value
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ParamsError(f"{file}: '{key}' must be a finite number, got {value!r}")
     if spec.choices is not None and value not in spec.choices:
         raise ParamsError(f"{file}: '{key}' must be one of {', '.join(map(str, spec.choices))}, got {value!r}")
     if spec.lo is not None and value < spec.lo or spec.hi is not None and value > spec.hi:

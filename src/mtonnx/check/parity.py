@@ -283,25 +283,13 @@ def token_match(got: list[list[int]], expected: list[list[int]]) -> dict[str, An
     }
 
 
-def runtime_parity(
-    translator,
-    model,
-    tokenizer,
-    sources: list[str],
-    *,
-    num_beams: int,
-    batch_size: int,
-    max_new_tokens: int,
-    source_prefix: str = "",
-) -> dict[str, Any]:
-    """The runtime's token ids vs PyTorch `generate` on the same padded batches and settings."""
+def runtime_parity(translator, model, tokenizer, sources: list[str], **decoding) -> dict[str, Any]:
+    """The runtime's token ids vs PyTorch `generate` on the same padded batches and settings (`decoding`: the
+    keyword arguments of `runtime_ids`)."""
     from mtonnx.measure.quality import translate_generate
 
-    kwargs = dict(
-        num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size, source_prefix=source_prefix
-    )
-    expected = translate_generate(model, tokenizer, sources, progress=False, **kwargs)["token_ids"]
-    return token_match(runtime_ids(translator, tokenizer, sources, **kwargs), expected)
+    expected = translate_generate(model, tokenizer, sources, progress=False, **decoding)["token_ids"]
+    return token_match(runtime_ids(translator, tokenizer, sources, **decoding), expected)
 
 
 def finite_outputs(variant_dir: str | Path, sources: list[str]) -> bool:

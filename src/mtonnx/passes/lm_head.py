@@ -47,7 +47,7 @@ def untie_lm_head(model: onnx.ModelProto) -> int:
 def lm_head_report(path: str | Path) -> dict[str, Any]:
     """How the decoder computes its logits: the op of the lm_head product, and whether the whole embedding
     table is dequantized to feed it (the naive int8 pitfall: a 65001 x 512 dequantize every step)."""
-    model = onnx.load(str(path))
+    model = onnx.load(str(path), load_external_data=False)  # the graph and the dims are enough
     producers = {o: n for n in model.graph.node for o in n.output}
     inits = {i.name: list(i.dims) for i in model.graph.initializer}
     vocab = max((d[0] for d in inits.values() if len(d) == 2), default=0)

@@ -8,19 +8,30 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+_UMASK = os.umask(0o022)  # read once, at import (setting it is the only way to read it), and restored
+os.umask(_UMASK)
 
 
 def write_atomic(path: str | Path, content: str | bytes) -> Path:
     """Write `content` to a temp file beside `path`, then rename it over `path`."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    return write_with(path, lambda tmp: Path(tmp).write_bytes(data))
+
+
+def write_with(path: str | Path, write: Callable[[str], Any]) -> Path:
+    """`write(tmp)` a hidden temp file beside `path`, then rename it over `path`, with the mode an ordinary new
+    file gets (0666 less the umask, not mkstemp's 0600: reports and shards are read by others)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content.encode("utf-8") if isinstance(content, str) else content)
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -38,6 +38,7 @@ TIMING_WORDS = (
     "p90",
     "import_s",
     "load_s",
+    "startup_s",
     "vs_generate",
 )
 TIMING_KEYS = ("bench.results", "bench.ablation", "pitfalls.each.no cache", "pitfalls.reproduced")

@@ -76,21 +76,69 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# The interactive view's policy: the page may load and talk to the loopback server only (no analytics, no fonts
+# or scripts from elsewhere).
+LOOPBACK_ONLY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline' 'unsafe-eval'; style-src 'self' "
+    "'unsafe-inline'; img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
+    "worker-src 'self' blob:"
+)
+_SERVERS: dict[tuple[str, int], tuple[Any, tuple[str, int]]] = {}
+
+
 def start_interactive(path: str | Path, port: int | None = None) -> tuple[str, int]:
-    """Serve one graph with netron on the loopback interface for an IFrame; returns (host, port)."""
+    """Serve one graph with netron on the loopback interface for an IFrame; returns (host, port).
+
+    The IFrame talks to a small proxy in front of netron's server that serves netron's page the way the static
+    renderer does: build date blanked (an aged netron build keeps working), the analytics-consent cookie set, and
+    a content-security policy that lets the page reach the loopback server only (no usage is reported).
+    """
+    import http.server
+    import threading
+    import urllib.request
+
     import netron
 
     path = _existing(path)
-    address = ("127.0.0.1", port or free_port())
-    netron.start(str(path), address=address, browse=False)
+    upstream = ("127.0.0.1", free_port())
+    netron.start(str(path), address=upstream, browse=False)
+    base = f"http://{upstream[0]}:{upstream[1]}"
+
+    class Proxy(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            try:
+                with urllib.request.urlopen(base + self.path, timeout=30) as response:
+                    body, status, kind = response.read(), response.status, response.headers.get("Content-Type", "")
+            except urllib.error.HTTPError as err:
+                body, status, kind = err.read(), err.code, err.headers.get("Content-Type", "")
+            if kind.startswith("text/html"):
+                body = BUILD_DATE.sub('<meta name="date" content="">', body.decode("utf-8")).encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", kind or "application/octet-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Content-Security-Policy", LOOPBACK_ONLY)
+            self.send_header("Set-Cookie", f"consent={int(time.time() * 1000)}; Path=/; SameSite=Lax")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # quiet: the notebook is not a server log
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port or 0), Proxy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = server.server_address[:2]
+    _SERVERS[address] = (server, upstream)
     return address
 
 
 def stop_interactive(address: tuple[str, int]) -> None:
-    """Stop the netron server `start_interactive` started."""
+    """Stop the proxy and the netron server `start_interactive` started."""
     import netron
 
-    netron.stop(address)
+    server, upstream = _SERVERS.pop(tuple(address))
+    server.shutdown()
+    server.server_close()
+    netron.stop(upstream)
 
 
 def _existing(path: str | Path) -> Path:

@@ -28,6 +28,22 @@ from mtonnx.sources import models
 KERNEL = "mtonnx"
 
 
+def _logged_kernel(log: Path):
+    """A kernel manager whose kernel writes its own stdout and stderr (library warnings, the kernel's tracebacks
+    on Ctrl-C) to `log` beside the executed notebook instead of the run's terminal."""
+    from jupyter_client import AsyncKernelManager
+
+    class LoggedKernel(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "ab") as handle:  # the kernel keeps its own copy of the descriptor
+                kw.setdefault("stdout", handle)
+                kw.setdefault("stderr", handle)
+                return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return LoggedKernel
+
+
 def _kernel_config():
     """The kernel's ZMQ sockets encrypted with CurveZMQ where the kernelspec supports it (ipykernel warns on every
     start otherwise that "the kernel is running over TCP without encryption")."""
@@ -38,6 +54,20 @@ def _kernel_config():
 
 class RunFailed(RuntimeError):
     """A run that could not finish; str() names the notebook and cell, or what is missing."""
+
+
+class RunInterrupted(RuntimeError):
+    """A run stopped by Ctrl-C after its report was written."""
+
+
+def select_only(text: str | None) -> list[str] | None:
+    """`--only 01,3` as ["01", "03"]; ValueError when it names no notebook number at all."""
+    if text is None:
+        return None
+    numbers = [n.strip() for n in text.split(",") if n.strip()]
+    if not numbers or not all(n.isdigit() for n in numbers):
+        raise ValueError(f"--only {text!r}: give notebook numbers separated by commas, e.g. --only 01,03")
+    return [n.zfill(2) for n in numbers]
 
 
 def default_models_dir() -> Path:
@@ -114,9 +144,23 @@ def run(
         "interactive": False,
     }
     results: list[dict[str, Any]] = []
+    interrupted = False
     for i, notebook in enumerate(notebooks, 1):
         log(f"[{i}/{len(notebooks)}] {notebook.name} ...")
-        result = execute(notebook, out_dir, parameters, kernel)
+        start = time.perf_counter()
+        try:
+            result = execute(notebook, out_dir, parameters, kernel)
+        except KeyboardInterrupt:  # Ctrl-C: the report is still written, marked interrupted
+            executed = out_dir / "notebooks" / notebook.name
+            result = {
+                "name": notebook.stem,
+                "status": "interrupted",
+                "seconds": round(time.perf_counter() - start, 1),
+                "error": "interrupted (Ctrl-C)",
+                "path": str(executed),
+                "html": None,
+            }
+            interrupted = True
         results.append(result)
         log(f"[{i}/{len(notebooks)}] {notebook.name} {result['status']} in {result['seconds']:.1f} s")
         if result["status"] != "ok":
@@ -124,9 +168,13 @@ def run(
 
     record(out_dir, SECTION, fingerprint(out_dir, merge_metrics(out_dir)))
     merge_metrics(out_dir)
-    status = "ok" if all(r["status"] == "ok" for r in results) else "failed"
+    status = "interrupted" if interrupted else "ok" if all(r["status"] == "ok" for r in results) else "failed"
     index = write_index(out_dir, results, env, status)
     log(f"report: {index}")
+    if interrupted:
+        raise RunInterrupted(
+            f"{results[-1]['name']}.ipynb was interrupted; the report is written, marked interrupted: {index}"
+        )
     screenshot(index, log)
     if status != "ok":
         failed = results[-1]
@@ -150,6 +198,7 @@ def execute(notebook: Path, out_dir: Path, parameters: dict[str, Any], kernel: s
             parameters={k: v for k, v in parameters.items() if k in declared},
             kernel_name=kernel,
             config=_kernel_config(),
+            kernel_manager_class=_logged_kernel(executed.with_suffix(".kernel.log")),
             cwd=str(out_dir),
             progress_bar=sys.stderr.isatty(),
             log_output=False,

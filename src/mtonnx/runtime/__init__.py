@@ -1,11 +1,25 @@
 """The torch-free runtime: what a user deploys after the migration (onnxruntime + sentencepiece + numpy).
 
-Nothing in this package imports torch or transformers.
+Nothing in this package imports torch or transformers. The names below load on first use, so that importing
+the name contract (`mtonnx.runtime.layout`) costs nothing.
 """
 
-from mtonnx.runtime.decoding import GenerationSettings
-from mtonnx.runtime.sessions import SessionSettings
-from mtonnx.runtime.tokenizer import MarianSpmTokenizer
-from mtonnx.runtime.translator import ModelDirError, Translator
+from __future__ import annotations
 
-__all__ = ["GenerationSettings", "MarianSpmTokenizer", "ModelDirError", "SessionSettings", "Translator"]
+import importlib
+from typing import Any
+
+_WHERE = {
+    "GenerationSettings": "decoding",
+    "SessionSettings": "sessions",
+    "MarianSpmTokenizer": "tokenizer",
+    "ModelDirError": "translator",
+    "Translator": "translator",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'mtonnx.runtime' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"mtonnx.runtime.{_WHERE[name]}"), name)

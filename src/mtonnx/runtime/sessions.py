@@ -20,6 +20,7 @@ OPTIMIZATION = {
 # needs no onnx): the fp32 runtime skips SkipLayerNormFusion, the int8 one keeps ORT's defaults because the
 # fusion's last-bit differences, amplified by dynamic quantization, move int8 tokens.
 FP32_SESSION = {"disabled_optimizers": ("SkipLayerNormFusion",)}
+MAX_THREADS = 256
 INT8_SESSION: dict = {}
 
 
@@ -38,8 +39,14 @@ class SessionSettings:
     spinning: bool = False
     disabled_optimizers: tuple[str, ...] = ()
 
+    def __post_init__(self):
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not 0 <= self.threads <= MAX_THREADS:
+            raise ValueError(
+                f"threads must be an integer from 0 (ONNX Runtime's default) to {MAX_THREADS}, got {self.threads!r}"
+            )
+
     def options(self) -> ort.SessionOptions:
-        """The ort.SessionOptions these settings describe."""
+        """The ort.SessionOptions these settings describe (threads 0: ONNX Runtime picks)."""
         if self.optimization not in OPTIMIZATION:
             raise ValueError(f"optimization must be one of {', '.join(OPTIMIZATION)}, got {self.optimization!r}")
         options = ort.SessionOptions()

@@ -22,16 +22,17 @@ class MarianSpmTokenizer:
 
     def __init__(self, directory: str | Path):
         directory = Path(directory)
-        config_path = directory / "tokenizer_config.json"
-        config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.is_file() else {}
-        self.encoder: dict[str, int] = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+        config = _json(directory / "tokenizer_config.json") if (directory / "tokenizer_config.json").is_file() else {}
+        self.encoder: dict[str, int] = _json(directory / "vocab.json")
         self.decoder = {i: token for token, i in self.encoder.items()}
-        self.source = spm.SentencePieceProcessor(model_file=str(directory / "source.spm"))
-        self.target = spm.SentencePieceProcessor(model_file=str(directory / "target.spm"))
+        self.source, self.target = (_spm(directory / name) for name in ("source.spm", "target.spm"))
         self.eos_token = config.get("eos_token", "</s>")
         self.unk_token = config.get("unk_token", "<unk>")
         self.pad_token = config.get("pad_token", "<pad>")
         self.model_max_length = int(config.get("model_max_length", 512))
+        missing = [t for t in (self.eos_token, self.unk_token, self.pad_token) if t not in self.encoder]
+        if missing:
+            raise ValueError(f"vocab.json has no entry for {', '.join(missing)}")
         self.eos_token_id, self.unk_token_id = self.encoder[self.eos_token], self.encoder[self.unk_token]
         self.pad_token_id = self.encoder[self.pad_token]
         self.special_tokens = (self.eos_token, self.unk_token, self.pad_token)
@@ -68,6 +69,22 @@ class MarianSpmTokenizer:
         """Text of generated ids, special tokens skipped (MarianTokenizer's skip_special_tokens=True)."""
         tokens = [self.decoder.get(i, self.unk_token) for i in ids if i not in self.special_ids]
         return self.target.decode_pieces(tokens).replace("\u2581", " ").strip()
+
+
+def _json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path.name} is not valid JSON ({err})") from None
+
+
+def _spm(path: Path) -> spm.SentencePieceProcessor:
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except (RuntimeError, OSError) as err:
+        raise ValueError(
+            f"{path.name} cannot be loaded by sentencepiece ({' '.join(str(err).split())[:120]})"
+        ) from None
 
 
 def pad(rows: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,6 +7,8 @@ Generation defaults come from the directory's generation_config.json, as with `g
 
 from __future__ import annotations
 
+import json
+import re
 import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -22,16 +24,20 @@ from mtonnx.runtime.layout import LAYOUTS
 from mtonnx.runtime.sessions import SessionSettings, make_session
 from mtonnx.runtime.tokenizer import MarianSpmTokenizer, pad
 
+MAX_BATCH = 256  # sentences per model call at most: memory grows with it (a batch of 1000 held GBs)
+MAX_BEAMS = 64
+
 
 class ModelDirError(RuntimeError):
-    """A directory the runtime cannot translate with; str() names what is missing or mismatched."""
+    """A directory the runtime cannot translate with; str() names the file and what to do."""
 
 
 class Translator:
     """Translate with an exported model directory; one session per file, shared across calls and threads.
 
     `wrap(file, session)` may replace each session by an object with the same `run` (calibration records the
-    feeds that way); `sessions` maps each loaded file to what the decoder runs.
+    feeds that way); `sessions` maps each loaded file to what the decoder runs. Any file that cannot be read or
+    loaded is a ModelDirError naming it, never a library's traceback.
     """
 
     def __init__(
@@ -42,20 +48,27 @@ class Translator:
         wrap: Callable[[str, ort.InferenceSession], Any] | None = None,
     ):
         self.dir = Path(model_dir)
-        if not self.dir.is_dir():
-            raise ModelDirError(f"{self.dir} is not a directory")
-        missing = [f for f in layout.TOKENIZER_FILES if not (self.dir / f).is_file()]
-        if not any((self.dir / f).is_file() for f in ("generation_config.json", "config.json")):
-            missing.append("generation_config.json or config.json")
-        if missing:
-            raise ModelDirError(f"{self.dir} is missing {', '.join(missing)}: not an exported Marian model directory")
-        self.layout = self._layout(decoder)
-        self.tokenizer = MarianSpmTokenizer(self.dir)
-        self.settings = GenerationSettings.from_dir(self.dir)
-        loaded = {f: make_session(self.dir / f, session) for f in LAYOUTS[self.layout]}
+        self.layout = check_dir(self.dir, decoder)
+        self.tokenizer = _read(self.dir, "the tokenizer files", lambda: MarianSpmTokenizer(self.dir))
+        self.settings = _read(self.dir, "generation_config.json", lambda: GenerationSettings.from_dir(self.dir))
+        self.max_positions = _read(self.dir, "config.json", lambda: max_positions(self.dir))
+        loaded = {f: self._session(f, session) for f in LAYOUTS[self.layout]}
         self._check_vocab(loaded[LAYOUTS[self.layout][-1]])
         self.sessions = {f: wrap(f, s) for f, s in loaded.items()} if wrap else loaded
         self.decoder = self._decoder(self.sessions)
+
+    def _session(self, file: str, settings: SessionSettings) -> ort.InferenceSession:
+        try:
+            return make_session(self.dir / file, settings)
+        except Exception as err:  # ORT's own load failure (truncated file, missing external data, ...)
+            reason = " ".join(str(err).split())[:200]
+            external = layout.WEIGHTS in str(err) or "external" in str(err).lower()
+            fix = (
+                f"copy the whole directory: {layout.WEIGHTS} holds the weights of its .onnx files"
+                if external
+                else "re-export it (mtonnx run, or mtonnx.export.manual.export_manual) or copy it again"
+            )
+            raise ModelDirError(f"{self.dir / file} cannot be loaded by ONNX Runtime ({reason}); {fix}") from None
 
     def _decoder(self, s: dict) -> CachedDecoder | NoCacheDecoder:
         if self.layout == "no-cache":
@@ -65,16 +78,6 @@ class Translator:
         if self.layout == "merged":
             return CachedDecoder(s[layout.ENCODER], None, s[layout.DECODER_MERGED])
         return CachedDecoder(s[layout.ENCODER], s[layout.DECODER], s[layout.DECODER_WITH_PAST])
-
-    def _layout(self, decoder: str) -> str:
-        if decoder not in ("auto", *LAYOUTS):
-            raise ModelDirError(f"decoder must be auto, {', '.join(LAYOUTS)}; got {decoder!r}")
-        candidates = layout.AUTO_ORDER if decoder == "auto" else [decoder]
-        for name in candidates:
-            if all((self.dir / f).is_file() for f in LAYOUTS[name]):
-                return name
-        wanted = " or ".join(" + ".join(LAYOUTS[c]) for c in candidates)
-        raise ModelDirError(f"{self.dir} has no {wanted}")
 
     def _check_vocab(self, session) -> None:
         logits = next(o for o in session.get_outputs() if o.name == "logits")
@@ -91,24 +94,79 @@ class Translator:
         run = self.decoder.begin(input_ids, attention_mask, expand=settings.num_beams)
         return decoding.generate(run, input_ids.shape[0], settings)
 
-    def translate(
-        self, texts: Iterable[str], batch_size: int = 8, source_prefix: str = "", progress=None, **options
-    ) -> list[str]:
-        """Translate texts in length-sorted batches (less padding); output order = input order.
+    def validate(self, batch_size: int = 8, num_beams: int | None = None, max_new_tokens: int | None = None) -> None:
+        """ValueError (one line) for options this model cannot run: batch 1..MAX_BATCH, beams >= 1, and
+        1 <= max_new_tokens < the model's positions (decoding past them would fail inside ONNX Runtime)."""
+        _check_int("batch_size", batch_size, 1, MAX_BATCH)
+        if num_beams is not None:
+            _check_int("num_beams", num_beams, 1, MAX_BEAMS)
+        if max_new_tokens is not None:
+            _check_int(
+                "max_new_tokens",
+                max_new_tokens,
+                1,
+                self.max_positions - 1,
+                f" (the model has {self.max_positions} positions)",
+            )
 
-        `progress` is called with the number of texts done after each batch.
-        """
+    def fit(self, text: str, source_prefix: str = "") -> list[str]:
+        """`text` as pieces that each fit the model's positions: itself when it fits, else cut at clause
+        punctuation, then at spaces, then between sentencepiece pieces, packed greedily."""
+        limit = self.max_positions
+
+        def fits(candidate: str) -> bool:
+            return len(self.tokenizer.encode(f"{source_prefix} {candidate}".strip())) <= limit
+
+        if fits(text):
+            return [text]
+        pieces: list[str] = []
+        for clause in re.split(r"(?<=[,;:])\s+", text):
+            for unit in [clause] if fits(clause) else self._words(clause, fits):
+                if pieces and fits(f"{pieces[-1]} {unit}"):
+                    pieces[-1] = f"{pieces[-1]} {unit}"
+                else:
+                    pieces.append(unit)
+        return pieces
+
+    def _words(self, clause: str, fits: Callable[[str], bool]) -> list[str]:
+        """A clause too long for the model as words, and a word too long as runs of sentencepiece pieces."""
+        units = []
+        for word in clause.split():
+            if fits(word):
+                units.append(word)
+                continue
+            spm_pieces = self.tokenizer.source.encode(word, out_type=str)
+            step = max(1, self.max_positions // 2)
+            units += [
+                self.tokenizer.source.decode_pieces(spm_pieces[i : i + step]) for i in range(0, len(spm_pieces), step)
+            ]
+        return units
+
+    def translate(
+        self, texts: str | Iterable[str], batch_size: int = 8, source_prefix: str = "", progress=None, **options
+    ) -> str | list[str]:
+        """Translate texts in length-sorted batches (less padding); output order = input order, one output per
+        input (a str in, a str out). A text longer than the model's positions is translated in pieces (`fit`),
+        with a warning naming it. `progress` is called with the number of pieces done after each batch."""
+        if isinstance(texts, str):
+            return self.translate([texts], batch_size, source_prefix, progress, **options)[0]
         texts = list(texts)
-        limit = self.tokenizer.model_max_length
-        encoded = [self.tokenizer.encode(f"{source_prefix} {t}".strip()) for t in texts]
-        for i, ids in enumerate(encoded):
-            if len(ids) > limit:
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
+        self.validate(batch_size, options.get("num_beams"), options.get("max_new_tokens"))
+        pieces = [self.fit(t, source_prefix) if t.strip() else [t] for t in texts]
+        for i, p in enumerate(pieces):
+            if len(p) > 1:
                 warnings.warn(
-                    f"text {i} has {len(ids)} tokens; truncated to the model's maximum of {limit}", stacklevel=2
+                    f"text {i} is longer than the model's {self.max_positions} positions: translated in "
+                    f"{len(p)} pieces cut at clause or word boundaries",
+                    stacklevel=2,
                 )
-                encoded[i] = ids[: limit - 1] + [self.tokenizer.eos_token_id]
-        order = sorted(range(len(texts)), key=lambda i: len(encoded[i]))
-        out: list[str] = [""] * len(texts)
+        flat = [piece for p in pieces for piece in p]
+        encoded = [self.tokenizer.encode(f"{source_prefix} {t}".strip()) for t in flat]
+        order = sorted(range(len(flat)), key=lambda i: len(encoded[i]))
+        out: list[str] = [""] * len(flat)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             ids, mask = pad([encoded[i] for i in chunk], self.tokenizer.pad_token_id)
@@ -116,4 +174,63 @@ class Translator:
                 out[i] = self.tokenizer.decode(generated)
             if progress:
                 progress(len(chunk))
-        return out
+        joined, done = [], iter(out)
+        for p in pieces:
+            joined.append("".join(next(done) for _ in p))
+        return joined
+
+
+def check_dir(directory: Path, decoder: str = "auto") -> str:
+    """The checks made before loading anything (a directory, its tokenizer files and config, a decoder layout's
+    files), so a bad directory fails before any work; returns the layout `pick_layout` chooses."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ModelDirError(f"{directory} is not a directory")
+    missing = [f for f in layout.TOKENIZER_FILES if not (directory / f).is_file()]
+    if not any((directory / f).is_file() for f in ("generation_config.json", "config.json")):
+        missing.append("generation_config.json or config.json")
+    if missing:
+        raise ModelDirError(f"{directory} is missing {', '.join(missing)}: not an exported Marian model directory")
+    return pick_layout(directory, decoder)
+
+
+def pick_layout(directory: Path, decoder: str = "auto") -> str:
+    """The layout `decoder` names, or with "auto" the first of layout.AUTO_ORDER whose files are all present."""
+    if decoder not in ("auto", *LAYOUTS):
+        raise ModelDirError(f"decoder must be auto, {', '.join(LAYOUTS)}; got {decoder!r}")
+    candidates = layout.AUTO_ORDER if decoder == "auto" else [decoder]
+    for name in candidates:
+        if all((Path(directory) / f).is_file() for f in LAYOUTS[name]):
+            return name
+    wanted = " or ".join(" + ".join(LAYOUTS[c]) for c in candidates)
+    raise ModelDirError(f"{directory} has no {wanted}")
+
+
+def max_positions(directory: Path) -> int:
+    """The model's positions: config.json's max_position_embeddings, else tokenizer_config.json's
+    model_max_length, else 512 (Marian's)."""
+    for name, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length")):
+        path = Path(directory) / name
+        value = json.loads(path.read_text(encoding="utf-8")).get(key) if path.is_file() else None
+        if value:
+            return int(value)
+    return 512
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int, why: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer from {lo} to {hi}{why}, got {value!r}")
+
+
+def _read(directory: Path, what: str, load: Callable[[], Any]) -> Any:
+    """`load()`, with any failure to read or parse the model's files as one ModelDirError naming them."""
+    try:
+        return load()
+    except ModelDirError:
+        raise
+    except Exception as err:  # json, sentencepiece or a missing entry: the directory is broken, say which part
+        reason = f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"
+        raise ModelDirError(
+            f"{directory}: {what} cannot be read ({reason}); copy the tokenizer and config files "
+            "from the exported model directory again"
+        ) from None

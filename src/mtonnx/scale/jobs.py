@@ -1,0 +1,167 @@
+"""`translate_files`: one batch job, from its checks to its summary, on either engine.
+
+Everything that can fail without translating fails first (engine, model directory, inputs, extras), then the plan:
+inputs whose complete shard exists are skipped, the others are cleared of what an earlier run left and translated.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mtonnx.scale.inputs import CHUNK_ROWS, ScaleError, find_inputs
+
+ENGINES = ("local", "ray")
+EXTRA = "pip install 'mtonnx[scale]'"
+
+
+def stderr(message: str) -> None:
+    """Print a progress message to stderr."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def require(module: str, what: str) -> None:
+    """Import `module` or fail with one line naming the extra that provides it."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise ScaleError(f"{what} needs {module}, which is not installed: {EXTRA}") from None
+
+
+def translate_files(
+    model_dir: str | Path,
+    inputs: str | list[str],
+    output: str | Path,
+    *,
+    engine: str = "local",
+    workers: int = 2,
+    threads_per_worker: int = 1,
+    batch_size: int = 32,
+    fmt: str = "parquet",
+    input_format: str = "auto",
+    source_prefix: str = "",
+    decoder: str = "auto",
+    options: dict[str, Any] | None = None,
+    address: str | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+    progress: bool = True,
+    log: Callable[[str], None] | None = stderr,
+) -> dict[str, Any]:
+    """Translate files (text, JSONL, Parquet; paths, directories or globs) into one shard per file in `output`.
+
+    `engine` local (one process, no Ray) or ray (`workers` actors of `threads_per_worker` CPUs on the cluster at
+    `address`, $RAY_ADDRESS, the one already initialized, or a local one started and stopped here). `options`
+    go to generate (num_beams, max_new_tokens). Returns rows, errors, translated, seconds, sentences_per_s
+    (translated rows per second of the job, cluster start-up excluded), workers, skipped, redone, startup_s.
+    """
+    log = log or (lambda message: None)
+    if engine not in ENGINES:
+        raise ScaleError(f"engine must be {' or '.join(ENGINES)}; got {engine!r}")
+    for name, value in (("workers", workers), ("threads_per_worker", threads_per_worker), ("batch_size", batch_size)):
+        if not (isinstance(value, int) and value >= 1):
+            raise ScaleError(f"{name} must be a positive integer; got {value!r}")
+    if chunk_rows < 1:
+        raise ScaleError(f"chunk_rows must be a positive integer; got {chunk_rows!r}")
+    from mtonnx.runtime.translator import check_dir
+
+    check_dir(model_dir, decoder)  # the runtime's own checks, before any work
+    model = Path(model_dir).resolve()
+    items = find_inputs([inputs] if isinstance(inputs, str | Path) else [str(i) for i in inputs], input_format)
+    out = Path(output).resolve()
+    items = [item for item in items if not Path(item.path).is_relative_to(out)]  # a glob may reach our own shards
+    if not items:
+        raise ScaleError(f"no input files outside the output directory {output}")
+    require("pyarrow", "mtonnx batch")
+    if engine == "ray":
+        require("ray.data", "mtonnx batch --engine ray")
+    from mtonnx.scale import shards
+
+    if fmt not in shards.OUTPUT_FORMATS:
+        raise ScaleError(f"output format must be {' or '.join(shards.OUTPUT_FORMATS)}; got {fmt!r}")
+    options = dict(sorted((options or {}).items()))
+    settings = {"model": str(model), "model_files": _model_files(model), "decoder": decoder}
+    job = shards.Job(str(output), fmt, {**settings, "source_prefix": source_prefix, "options": options})
+    states = {item.path: shards.state(job, item) for item in items}
+    pending = [item for item in items if states[item.path] != "complete"]
+    skipped, redone = len(items) - len(pending), sum(1 for s in states.values() if s == "stale")
+    if skipped:
+        log(f"skipping {skipped} of {len(items)} inputs: their complete output is in {output}")
+    if redone:
+        log(f"redoing {redone} inputs whose output was made from another version of the input or other settings")
+    given = str(model_dir)
+    worker = {
+        "model_dirs": (given, str(model)) if not Path(given).is_absolute() else (str(model),),
+        "threads": threads_per_worker,
+        "batch_size": batch_size,
+        "source_prefix": source_prefix,
+        "decoder": decoder,
+        "options": options,
+    }
+    started, startup_s, summaries = False, 0.0, []
+    if pending and engine == "ray":
+        from mtonnx.scale import ray_engine
+
+        if len(pending) < workers:
+            log(
+                f"warning: {len(pending)} input files for {workers} workers: at most {len(pending)} busy (a file is "
+                "the unit of parallel work; split big files, e.g. split -l 100000 big.txt part-)"
+            )
+        started, startup_s = ray_engine.connect(address, workers * threads_per_worker, log)
+    try:
+        if pending and engine == "ray":
+            ray_engine.check_resources(workers, threads_per_worker)
+        Path(output).mkdir(parents=True, exist_ok=True)
+        for item in items:
+            shards.prepare(job, item, keep_shard=states[item.path] == "complete")
+        start = time.perf_counter()
+        if pending and engine == "local":
+            from mtonnx.scale import local
+
+            summaries = local.run(pending, job, worker, chunk_rows, progress)
+        elif pending:
+            summaries = ray_engine.run(pending, job, worker, workers, threads_per_worker, chunk_rows, progress)
+    finally:
+        if started:
+            import ray
+
+            ray.shutdown()
+    seconds = time.perf_counter() - start
+    translated = sum(s["translated"] for s in summaries)
+    return {
+        "engine": engine,
+        "files": len(items),
+        "skipped": skipped,
+        "redone": redone,
+        "rows": sum(s["rows"] for s in summaries),
+        "errors": sum(s["errors"] for s in summaries),
+        "translated": translated,
+        "seconds": round(seconds, 3),
+        "sentences_per_s": round(translated / seconds, 2) if translated and seconds > 0 else 0.0,
+        "workers": 1 if engine == "local" else workers,
+        "threads_per_worker": threads_per_worker,
+        "startup_s": round(startup_s, 3),
+        "output": str(output),
+        "shards": summaries,
+    }
+
+
+def summary_line(result: dict[str, Any]) -> str:
+    """The one-line summary `mtonnx batch` prints at the end."""
+    done = result["files"] - result["skipped"]
+    line = (
+        f"{result['rows']} rows from {done} files ({result['errors']} with an error) in {result['seconds']:.1f} s: "
+        f"{result['sentences_per_s']:.1f} sentences/s with {result['workers']} worker(s) x "
+        f"{result['threads_per_worker']} thread(s) [{result['engine']}]"
+    )
+    if result["skipped"]:
+        line += f"; {result['skipped']} inputs skipped (complete)"
+    return f"{line}; output in {result['output']}"
+
+
+def _model_files(model: Path) -> dict[str, int]:
+    """The model's ONNX and weight files with their sizes: a re-export into the same directory redoes the shards."""
+    return {p.name: p.stat().st_size for p in sorted(model.iterdir()) if p.suffix in (".onnx", ".bin", ".data")}

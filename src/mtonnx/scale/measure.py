@@ -1,0 +1,169 @@
+"""Notebook 10's measurements: a corpus from the project's data, what a local Ray cluster costs (start-up, memory),
+the pipeline's own I/O rate, and the on-paper plan (workers and wall time) from a measured per-worker rate."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+def write_corpus(texts: list[str], lines: int, out_dir: str | Path, files: int = 4) -> list[Path]:
+    """`lines` lines cycled from `texts`, split into `files` text files of (nearly) equal length; their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    corpus = [texts[i % len(texts)] for i in range(lines)]
+    per = math.ceil(lines / files)
+    paths = []
+    for k in range(files):
+        path = out / f"corpus-{k:02d}.txt"
+        path.write_text("".join(f"{line}\n" for line in corpus[k * per : (k + 1) * per]), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def ray_processes() -> list[psutil.Process]:
+    """The processes of the Ray cluster this process started (its descendants: gcs, raylet, workers, ...)."""
+    return psutil.Process().children(recursive=True)
+
+
+def rss_mb(processes: list[psutil.Process] | None = None) -> float:
+    """Resident memory of `processes` (default: this process's Ray cluster), in MB; gone processes count 0."""
+    total = 0
+    for process in ray_processes() if processes is None else processes:
+        try:
+            total += process.memory_info().rss
+        except psutil.Error:
+            pass
+    return round(total / 1e6, 1)
+
+
+def start_local_ray(workers: int = 2, threads: int = 1) -> dict[str, Any]:
+    """Import Ray (and Ray Data) and start the local cluster `mtonnx batch --engine ray` would start for this pool;
+    returns import_s, startup_s, cpus, processes and rss_mb right after start-up."""
+    start = time.perf_counter()
+    import ray
+
+    from mtonnx.scale import ray_engine
+
+    imported = time.perf_counter()
+    cpus = ray_engine.local_cpus(workers * threads)
+    ray.init(num_cpus=cpus, include_dashboard=False, logging_level="WARNING")
+    ready = time.perf_counter()
+    processes = ray_processes()
+    return {
+        "import_s": round(imported - start, 2),
+        "startup_s": round(ready - imported, 2),
+        "cpus": cpus,
+        "processes": len(processes),
+        "rss_mb": rss_mb(processes),
+    }
+
+
+def stop_ray(timeout_s: float = 30.0) -> int:
+    """Shut Ray down and wait for its processes to exit; returns how many are still alive after `timeout_s`."""
+    import ray
+
+    processes = ray_processes()
+    ray.shutdown()
+    _, alive = psutil.wait_procs(processes, timeout=timeout_s)
+    return len(alive)
+
+
+class MemorySampler:
+    """`with MemorySampler() as m:` samples the Ray cluster's RSS every `interval_s` in a thread; `m.peak_mb`."""
+
+    def __init__(self, interval_s: float = 0.25):
+        self.interval_s, self.peak_mb, self.samples = interval_s, 0.0, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(rss_mb())
+            self.peak_mb = max(self.peak_mb, self.samples[-1])
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def load_seconds(model_dir: str | Path, threads: int = 1) -> float:
+    """Seconds to build one Translator from `model_dir`: what every actor pays once."""
+    from mtonnx.runtime import SessionSettings, Translator
+
+    start = time.perf_counter()
+    Translator(model_dir, session=SessionSettings(threads=threads))
+    return round(time.perf_counter() - start, 3)
+
+
+def io_rate(paths: list[Path], out_dir: str | Path) -> dict[str, float]:
+    """The pipeline without the model, in one process: read, parse, chunk and write a shard per file (translation =
+    text); rows_per_s, and bytes per row read and written."""
+    from mtonnx.scale import inputs, shards, work
+
+    job = shards.Job(str(out_dir))
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    rows = read = written = 0
+    start = time.perf_counter()
+    for item in inputs.find_inputs([str(p) for p in paths]):
+        data = Path(item.path).read_bytes()
+        chunks = work.file_chunks(data, item)
+        table = work.translated(chunks, [(chunk["text"], chunk["error"]) for chunk in chunks])
+        rows += shards.write_shard(table, job, item)["rows"]
+        read += len(data)
+        written += shards.shard_path(job, item.stem).stat().st_size
+    seconds = time.perf_counter() - start
+    return {
+        "rows_per_s": round(rows / seconds, 1),
+        "bytes_in_per_row": round(read / rows, 1),
+        "bytes_out_per_row": round(written / rows, 1),
+    }
+
+
+def wall_s(rate_per_worker: float, overhead_s: float, sentences: float, workers: int) -> float:
+    """On paper: fixed overhead plus the sentences shared by `workers` each translating `rate_per_worker`/s."""
+    return overhead_s + sentences / (workers * rate_per_worker)
+
+
+def workers_for(rate_per_worker: float, overhead_s: float, sentences: float, deadline_s: float) -> int | None:
+    """On paper: the fewest workers that finish `sentences` within `deadline_s` (None: the overhead alone is more)."""
+    if deadline_s <= overhead_s:
+        return None
+    return math.ceil(sentences / (rate_per_worker * (deadline_s - overhead_s)))
+
+
+def break_even(local_rate: float, rate_per_worker: float, workers: int, overhead_s: float) -> float:
+    """The corpus size above which Ray with `workers` beats `local`; inf when it never does."""
+    gain = 1 / local_rate - 1 / (workers * rate_per_worker)
+    return overhead_s / gain if gain > 0 else math.inf
+
+
+def dir_mb(path: str | Path) -> float:
+    """Size of the files in a directory tree, in MB."""
+    return round(sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file()) / 1e6, 2)
+
+
+def plan(
+    rate_per_worker: float,
+    overhead_s: float,
+    sizes: dict[str, float],
+    workers: tuple[int, ...] = (1, 16, 128, 1024),
+    deadlines_h: tuple[float, ...] = (1, 8),
+) -> dict[str, Any]:
+    """On paper, per corpus size: wall_s at each worker count, and workers_for_<h>h (None: never within it)."""
+    out: dict[str, Any] = {"wall_s": {}, **{f"workers_for_{h:g}h": {} for h in deadlines_h}}
+    for name, sentences in sizes.items():
+        out["wall_s"][name] = {f"w{n}": round(wall_s(rate_per_worker, overhead_s, sentences, n), 1) for n in workers}
+        for h in deadlines_h:
+            out[f"workers_for_{h:g}h"][name] = workers_for(rate_per_worker, overhead_s, sentences, h * 3600)
+    return out

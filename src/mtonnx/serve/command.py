@@ -1,0 +1,150 @@
+"""`mtonnx serve` and `mtonnx serve-bench`: their flags and their main functions (exit codes).
+
+Only argparse and the standard library at import time, so the CLI builds its parser without fastapi installed;
+the service's stack is imported when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+DECODERS = ("auto", "tuned", "lean", "split", "merged", "no-cache")
+SERVE_STACK = ("fastapi", "uvicorn", "prometheus_client")
+BENCH_STACK = ("httpx",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags of `mtonnx serve`; values left unset come from --params' serve section (or its defaults)."""
+    parser.add_argument("--model-dir", required=True, help="export or variant directory the runtime loads")
+    parser.add_argument("--params", help="params YAML file: its serve section and model.source_prefix")
+    parser.add_argument("--host", help="address to bind (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, help="port (default 8000)")
+    parser.add_argument("--api-key-file", help="file holding the API key every non-health request must send")
+    parser.add_argument("--cors-origin", action="append", help="allow browser calls from this origin (repeatable)")
+    parser.add_argument("--log-text", action="store_true", help="also log request texts and translations")
+    parser.add_argument("--max-batch-size", type=int, help="most sentences per model call (default 16)")
+    parser.add_argument("--max-wait-ms", type=float, help="how long an idle model waits to fill a batch (default 0)")
+    parser.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default 1; 0: all cores)")
+    parser.add_argument("--decoder", default="auto", choices=DECODERS, help="decoder layout (default auto)")
+    parser.add_argument("--source-prefix", help="text put before every sentence, e.g. '>>cmn_Hans<<'")
+    parser.add_argument("--queue-size", type=int, help="most sentences waiting; more answer 503 (default 1024)")
+    parser.add_argument("--request-timeout-s", type=float, help="a request waiting longer answers 504 (default 30)")
+    parser.add_argument("--max-body-bytes", type=int, help="largest request body (default 1000000)")
+    parser.add_argument("--max-items", type=int, help="most sentences per request (default 128)")
+    parser.add_argument("--max-chars", type=int, help="most characters per sentence (default 5000)")
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    """Load the model, serve until SIGTERM/SIGINT, return the exit code (2: bad input, 0: clean stop)."""
+    if missing := _missing(SERVE_STACK):
+        return _fail(f"{missing} is not installed; the service needs the serve extra: pip install 'mtonnx[serve]'")
+    from mtonnx.params import ParamsError
+    from mtonnx.runtime import ModelDirError, SessionSettings, Translator
+    from mtonnx.serve import auth, server
+    from mtonnx.serve.settings import settings_from_args
+
+    try:
+        settings = settings_from_args(args)
+    except ParamsError as err:
+        return _fail(str(err))
+    if not auth.is_loopback(settings.host) and settings.api_key is None:
+        print(
+            f"mtonnx: warning: serving on {settings.host} without --api-key-file: anyone who reaches this port can "
+            "use the service",
+            file=sys.stderr,
+        )
+    try:
+        translator = Translator(
+            settings.model_dir, decoder=settings.decoder, session=SessionSettings(threads=settings.threads)
+        )
+    except ModelDirError as err:
+        return _fail(str(err))
+    except Exception as err:  # a file ONNX Runtime cannot load: still one line, not a traceback
+        return _fail(f"{settings.model_dir}: cannot load the model: {str(err).strip().splitlines()[0]}")
+    from mtonnx.serve.app import create_app
+
+    server.configure_logging()
+    return server.run(create_app(translator, settings), settings.host, settings.port, settings.request_timeout_s)
+
+
+def bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The flags of `mtonnx serve-bench`."""
+    parser.add_argument("--url", default="http://127.0.0.1:8000", help="the service (default http://127.0.0.1:8000)")
+    parser.add_argument("--params", help="params YAML file: serve.bench_* and the evaluation sentences")
+    parser.add_argument("--concurrency", help="comma-separated client counts, e.g. 1,4,16 (default: params)")
+    parser.add_argument("--seconds", type=float, help="seconds of load per level (default: params)")
+    parser.add_argument("-i", "--input", help="sentences to send, one per line (default: the evaluation set)")
+    parser.add_argument("--items", type=int, default=1, help="sentences per request (default 1)")
+    parser.add_argument("--beams", type=int, help="beams per request (default: the service's)")
+    parser.add_argument("--max-new-tokens", type=int, help="max_new_tokens per request (default: the service's)")
+    parser.add_argument("--api-key-file", help="file holding the service's API key")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    return parser
+
+
+def bench_main(args: argparse.Namespace) -> int:
+    """Load the service at each concurrency level and print sentences/s and latency percentiles."""
+    if missing := _missing(BENCH_STACK):
+        return _fail(
+            f"{missing} is not installed; the load generator needs the serve extra: pip install 'mtonnx[serve]'"
+        )
+    from pathlib import Path
+
+    from mtonnx import data
+    from mtonnx.params import SCHEMA, ParamsError, load
+    from mtonnx.serve import loadgen
+    from mtonnx.serve.settings import read_api_key
+
+    try:
+        params = load(args.params) if args.params else None
+        key = read_api_key(args.api_key_file) if args.api_key_file else None
+        levels = [int(c) for c in args.concurrency.split(",")] if args.concurrency else None
+    except (ParamsError, ValueError) as err:
+        return _fail(str(err))
+    serve = params["serve"] if params else {k: f.default for k, f in SCHEMA["serve"].items()}
+    if args.input:
+        try:
+            sentences = [line for line in Path(args.input).read_text(encoding="utf-8").splitlines() if line.strip()]
+        except OSError as err:
+            return _fail(f"{args.input}: {err.strerror}")
+    else:
+        data_params = params["data"] if params else {k: f.default for k, f in SCHEMA["data"].items()}
+        sentences = [p.en for p in data.eval_set(data_params)]
+    if not sentences:
+        return _fail("no sentences to send")
+    options = {k: v for k, v in (("beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
+    if not loadgen.reachable(args.url):
+        return _fail(f"{args.url}: no service answers there")
+    results = loadgen.sweep(
+        args.url,
+        sentences,
+        levels or serve["bench_concurrency"],
+        args.seconds or serve["bench_seconds"],
+        items=args.items,
+        api_key=key,
+        options=options,
+    )
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(loadgen.format_table(results))
+    return 0
+
+
+def _missing(modules: tuple[str, ...]) -> str | None:
+    import importlib
+
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return name.replace("_", "-")
+    return None
+
+
+def _fail(message: str) -> int:
+    print(f"mtonnx: error: {message}", file=sys.stderr)
+    return 2

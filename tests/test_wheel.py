@@ -1,0 +1,86 @@
+"""Install what you deploy: the wheel with its core dependencies only, on every Python 3.10-3.13 this machine has,
+translates like the lab does and brings no torch, transformers, optimum, jupyterlab or playwright."""
+
+from __future__ import annotations
+
+import glob
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from mtonnx.runtime import Translator
+
+pytestmark = pytest.mark.wheel
+PYTHONS = ("3.10", "3.12", "3.13")
+SENTENCES = ["Hello, teacher!", "Run the command, then restart the server.", "", "He wears a suit."]
+LAB_ONLY = ("torch", "transformers", "optimum", "optimum-onnx", "jupyterlab", "playwright", "onnx", "papermill")
+
+
+def find_python(version: str) -> str | None:
+    """python3.X on PATH, else pyenv's."""
+    found = shutil.which(f"python{version}")
+    candidates = [found] if found else []
+    candidates += sorted(glob.glob(f"/root/.pyenv/versions/{version}.*/bin/python{version}"))
+    for candidate in candidates:
+        done = subprocess.run(
+            [candidate, "-c", "import sys, venv; print(sys.version_info[:2])"], capture_output=True, text=True
+        )
+        if done.returncode == 0 and done.stdout.strip() == str(tuple(int(x) for x in version.split("."))):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (found,) = out.glob("mtonnx-*.whl")
+    return found
+
+
+@pytest.mark.parametrize("version", PYTHONS)
+def test_the_core_wheel_translates_like_the_lab_without_the_lab(version, wheel, hand_export, tmp_path):
+    python = find_python(version)
+    if python is None:
+        pytest.skip(
+            f"Python {version} is not installed here (pyenv install {version}): the core wheel is not checked on it"
+        )
+    venv = tmp_path / "venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
+    done = subprocess.run([*pip, "install", str(wheel)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    installed = {
+        line.split("==")[0].lower()
+        for line in subprocess.run([*pip, "freeze"], capture_output=True, text=True, check=True).stdout.splitlines()
+    }
+    assert not installed & set(LAB_ONLY), installed & set(LAB_ONLY)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+
+    def core(*args: str) -> subprocess.CompletedProcess:  # the core venv's own `mtonnx`
+        return subprocess.run(
+            [str(venv / "bin" / "mtonnx"), *args], capture_output=True, text=True, timeout=300, cwd=tmp_path
+        )
+
+    done = core("translate", "--model-dir", str(hand_export), "-i", str(source), "--max-new-tokens", "12")
+    assert done.returncode == 0, done.stderr[-2000:]
+    lab = [Translator(hand_export).translate([s], max_new_tokens=12)[0] if s else "" for s in SENTENCES]
+    assert done.stdout.split("\n")[:-1] == lab
+    doctor = core("doctor", "--model-dir", str(hand_export), "--onnx-dir", str(hand_export), "--json")
+    rows = {r["check"]: r["status"] for r in json.loads(doctor.stdout)}
+    assert doctor.returncode == 0 and rows["files translate loads"] == "ok" and rows["opset"] == "skip", rows
+    missing = core("run", "--params", str(REPO / "params" / "ci.yaml"))
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        "mtonnx: error: `mtonnx run` needs the lab extra: pip install 'mtonnx[lab]'"
+    )
