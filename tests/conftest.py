@@ -38,9 +38,11 @@ def mtonnx_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "mtonnx", *args]
 
 
-def run_cli(*args: str, cwd: Path = REPO, timeout: float = 300, **options) -> subprocess.CompletedProcess:
-    """`python -m mtonnx *args` with text output captured (options: env, input)."""
-    return subprocess.run(mtonnx_cmd(*args), capture_output=True, text=True, cwd=cwd, timeout=timeout, **options)
+def run_cli(
+    *args: str, cwd: Path = REPO, timeout: float = 300, text: bool = True, **options
+) -> subprocess.CompletedProcess:
+    """`python -m mtonnx *args` with its output captured, as text unless `text` is False (options: env, input)."""
+    return subprocess.run(mtonnx_cmd(*args), capture_output=True, text=text, cwd=cwd, timeout=timeout, **options)
 
 
 @pytest.fixture(scope="session")

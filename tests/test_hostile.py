@@ -28,7 +28,7 @@ GOOD_OUTPUT = "an earlier, good translation\n"
 
 def translate_cli(model_dir, *args: str, stdin: bytes | None = None, cwd=REPO) -> subprocess.CompletedProcess:
     return run_cli(
-        "translate", "--model-dir", str(model_dir), "--max-new-tokens", "8", *args, input=stdin, cwd=cwd, timeout=300
+        "translate", "--model-dir", str(model_dir), "--max-new-tokens", "8", *args, input=stdin, cwd=cwd, text=False
     )
 
 

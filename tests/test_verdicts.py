@@ -88,6 +88,14 @@ def test_recommendation_is_stable_within_noise_and_moves_with_a_real_difference(
     assert verdicts.recommend({"fp32": row("pass", 8, [1]), "x": row("inconclusive", 1, [0.1])})[0] == "fp32"
 
 
+def test_too_few_repetitions_never_make_a_speed_difference():
+    few = {"fp32": row("pass", 8.0, [100, 100, 100]), "fp16": row("pass", 4.0, [50, 50, 50])}
+    few["int8"] = row("pass", 2.5, [100, 100, 100])  # half as fast as fp16 in all 3: still within noise
+    choice, reason = verdicts.recommend(few)
+    assert choice == "int8" and "3 paired repetitions, fewer than 5: no speed difference counts" in reason
+    assert not verdicts.faster_beyond_noise([50] * 4, [100] * 4) and verdicts.faster_beyond_noise([50] * 5, [100] * 5)
+
+
 @pytest.mark.parametrize(
     ("paired", "verdict"),
     [

@@ -5,7 +5,9 @@ variant, and whether a speed target is met.
   -gate_bleu, `fail`s when the delta itself lies below it, and is `inconclusive` otherwise: too few sentences
   to tell a real loss from chance. Inconclusive is never treated as a pass.
 - Speed: one engine counts as faster than another only when it is faster by at least `margin` in every paired
-  repetition (repetition i of both ran seconds apart); otherwise the two are within noise.
+  repetition (repetition i of both ran seconds apart), of at least MIN_REPEATS; otherwise the two are within
+  noise. With equal engines each repetition is a coin toss, so "every one of n" happens by chance with odds 2^-n:
+  three repetitions (1 in 8) flipped the recommendation between two CI runs of the same commit; five is 1 in 32.
 - Recommendation: among the variants that pass, those no other passing variant is faster than; of those, the
   smallest on disk, then the first in a fixed order. It depends on a timing only where the timing is beyond noise.
 """
@@ -17,6 +19,7 @@ from typing import Any
 
 GATES = ("pass", "fail", "inconclusive")
 SPEED_MARGIN = 1.1  # faster means at least 10 % faster, in every paired repetition
+MIN_REPEATS = 5  # fewer paired repetitions never make a speed difference
 
 
 def gate(delta: float, ci: list[float], gate_bleu: float) -> str:
@@ -38,8 +41,12 @@ def sentences_needed(delta: float, ci: list[float], gate_bleu: float, sentences:
 
 
 def faster_beyond_noise(fast_ms: list[float], slow_ms: list[float], margin: float = SPEED_MARGIN) -> bool:
-    """True when `fast` took at most slow / margin in every paired repetition."""
-    return bool(fast_ms) and len(fast_ms) == len(slow_ms) and all(s / f >= margin for f, s in zip(fast_ms, slow_ms))
+    """True when `fast` took at most slow / margin in every paired repetition, of at least MIN_REPEATS."""
+    return (
+        len(fast_ms) >= MIN_REPEATS
+        and len(fast_ms) == len(slow_ms)
+        and all(s / f >= margin for f, s in zip(fast_ms, slow_ms))
+    )
 
 
 def target(paired: dict[str, float] | None, wanted: float) -> str:
@@ -83,6 +90,8 @@ def recommend(
     ]
     if beats:
         parts.append(f"at least {margin:.2f}x faster than {', '.join(beats)} in every paired repetition")
+    if len(row[times]) < MIN_REPEATS:
+        parts.append(f"{len(row[times])} paired repetitions, fewer than {MIN_REPEATS}: no speed difference counts")
     ties = [name for name in front if name != choice]
     if ties:
         parts.append(

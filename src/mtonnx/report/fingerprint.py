@@ -40,6 +40,8 @@ TIMING_WORDS = (
     "load_s",
     "startup_s",
     "vs_generate",
+    "vs_pytorch",
+    "vs_ct2",
 )
 TIMING_KEYS = ("bench.results", "bench.ablation", "pitfalls.each.no cache", "pitfalls.reproduced")
 SKIPPED_SECTIONS = ("graphview", SECTION)

@@ -1,15 +1,16 @@
 """The service as a child process on a free loopback port, for notebook 09 and the tests.
 
-`ServiceProcess.start(model_dir, ...)` runs `python -m mtonnx.serve` with its log in a file (a pipe nobody
-reads would block the server once full); `wait_ready()` polls /health/ready; `stop()` sends SIGTERM and
-returns the exit code. A child never outlives its parent: it is stopped at interpreter exit and, on Linux, the
-kernel sends it SIGTERM when the parent process dies.
+`ServiceProcess.start(model_dir, ...)` runs `python -m mtonnx.serve` with its log in a temp file (a pipe nobody
+reads would block the server once full); `wait_ready()` polls /health/ready; `stop()` sends SIGTERM, keeps the
+log in memory, removes the temp directory and returns the exit code. A child never outlives its parent: it is
+stopped at interpreter exit and, on Linux, the kernel sends it SIGTERM when the parent process dies.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,6 +35,7 @@ class ServiceProcess:
 
     def __init__(self, process: subprocess.Popen, url: str, log_path: Path, api_key: str | None = None):
         self.process, self.url, self.log_path, self.api_key = process, url, log_path, api_key
+        self._final_log: str | None = None
         atexit.register(self.kill)
 
     @classmethod
@@ -68,7 +70,9 @@ class ServiceProcess:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def log(self) -> str:
-        """Everything the service logged so far."""
+        """Everything the service logged so far (after stop(): everything it logged)."""
+        if self._final_log is not None:
+            return self._final_log
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
     def wait_ready(self, timeout_s: float = 60.0) -> ServiceProcess:
@@ -131,13 +135,20 @@ class ServiceProcess:
                 self.process.kill()
                 self.process.wait()
         atexit.unregister(self.kill)
+        self._remove_log_dir()
         return self.process.returncode
 
     def kill(self) -> None:
-        """Kill the process if it still runs (at interpreter exit)."""
+        """Kill the process if it still runs (at interpreter exit) and remove its temp directory."""
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+        self._remove_log_dir()
+
+    def _remove_log_dir(self) -> None:
+        if self._final_log is None:
+            self._final_log = self.log()
+            shutil.rmtree(self.log_path.parent, ignore_errors=True)
 
     def __enter__(self) -> ServiceProcess:
         return self
