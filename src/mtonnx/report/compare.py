@@ -5,8 +5,12 @@ Every metric of the two metrics.json files is classified:
   pitfalls reproduced): any change is reported; a drop is a regression (a changed token-id hash too: the same
   code should translate the same way);
 - speed: where both runs recorded per-repetition times, a change counts only beyond both runs' spread (B's
-  fastest repetition slower than A's slowest by `speed_margin`, or the reverse for an improvement), otherwise
-  it is "within noise"; single timings are listed, never judged;
+  fastest repetition slower than A's slowest by `speed_margin`, or the reverse for an improvement), and, where
+  the timing was measured beside at least MIN_GROUP others (one benchmark configuration, one quantization
+  timing), also relative to them: each repetition divided by the median of the group's same repetition, which
+  ran a second apart. A machine busy for a moment slows a whole repetition (every engine 2x in one CI run) and
+  is not a regression; one engine 3x slower is. Otherwise it is "within noise"; single timings are listed, never
+  judged;
 - size and memory: beyond `size_threshold` (relative) is a regression;
 - everything else is listed as changed.
 Plus the params and environment differences, the translations that changed per variant, and whether the two
@@ -19,6 +23,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from mtonnx.report.fingerprint import is_timing
 from mtonnx.report.record import flatten
@@ -40,6 +46,7 @@ LOWER_IS_WORSE = (
 HIGHER_IS_WORSE = ("failures", "warnings", "max_abs_diff")
 QUALITY = (*LOWER_IS_WORSE, *HIGHER_IS_WORSE, "gate", "tokens_sha", "recommended", "sentences_needed", "p_value")
 SIZE = ("size_mb", "rss_mb", "rss_after_run_mb", "weights_mb")
+MIN_GROUP = 3  # timings measured side by side that a relative check needs
 
 
 class CompareError(ValueError):
@@ -176,29 +183,57 @@ def _without_timing_lists(metrics: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _series(metrics: dict[str, Any]) -> dict[str, list[float]]:
-    """Every per-repetition timing a run recorded, by a stable name."""
+def _series(metrics: dict[str, Any]) -> dict[str, tuple[str, list[float]]]:
+    """Every per-repetition timing a run recorded, by a stable name: (its group, its times)."""
     series = {
-        f"bench {r['engine']} {r['config']}": r["times_ms"]
+        f"bench {r['engine']} {r['config']}": (f"bench {r['config']}", r["times_ms"])
         for r in metrics.get("bench", {}).get("results", [])
         if r.get("times_ms")
     }
     for name, row in metrics.get("quant", {}).items():
         if isinstance(row, dict):
-            series.update({f"quant {name} {k}": v for k, v in row.items() if k.startswith("times_ms") and v})
+            series.update(
+                {f"quant {name} {k}": (f"quant {k}", v) for k, v in row.items() if k.startswith("times_ms") and v}
+            )
     return series
+
+
+def _relative(series: dict[str, tuple[str, list[float]]], keys: set[str]) -> dict[str, list[float]]:
+    """Each timing's repetitions divided by the median of its group's same repetitions (groups of MIN_GROUP+)."""
+    groups: dict[str, list[str]] = {}
+    for key in keys:
+        groups.setdefault(series[key][0], []).append(key)
+    out = {}
+    for members in groups.values():
+        reps = {len(series[k][1]) for k in members}
+        if len(members) < MIN_GROUP or len(reps) != 1:
+            continue
+        medians = [float(np.median([series[k][1][i] for k in members])) for i in range(reps.pop())]
+        out.update({k: [t / m for t, m in zip(series[k][1], medians)] for k in members})
+    return out
+
+
+def _beyond(ta: list[float], tb: list[float], margin: float) -> str:
+    if min(tb) > max(ta) * margin:
+        return "regression"
+    if max(tb) * margin < min(ta):
+        return "improvement"
+    return "within noise"
 
 
 def _speed(a: dict[str, Any], b: dict[str, Any], t: Thresholds) -> list[dict[str, Any]]:
     series_a, series_b = _series(a), _series(b)
+    keys = set(series_a) & set(series_b)
+    relative_a, relative_b = _relative(series_a, keys), _relative(series_b, keys)
     out = []
-    for key in sorted(set(series_a) & set(series_b)):
-        ta, tb = series_a[key], series_b[key]
-        if min(tb) > max(ta) * t.speed_margin:
-            verdict = "regression"
-        elif max(tb) * t.speed_margin < min(ta):
-            verdict = "improvement"
-        else:
+    for key in sorted(keys):
+        ta, tb = series_a[key][1], series_b[key][1]
+        verdict = _beyond(ta, tb, t.speed_margin)
+        if (
+            key in relative_a
+            and key in relative_b
+            and _beyond(relative_a[key], relative_b[key], t.speed_margin) != verdict
+        ):
             verdict = "within noise"
         out.append(
             {

@@ -1,0 +1,54 @@
+"""`mtonnx compare`'s speed rule on constructed runs: a busy moment that slows every engine of one repetition is
+noise, one engine slower beyond both runs' spread is a regression."""
+
+from __future__ import annotations
+
+import copy
+
+from mtonnx.report import compare
+
+ENGINES = {"pytorch-fp32": 12.0, "optimum-fp32": 8.0, "mtonnx-int8": 2.0, "ct2-int8": 1.0}
+
+
+def run(factors: dict[str, list[float]] | None = None) -> dict:
+    """A run whose bench timed ENGINES 3 times each in one configuration, repetition i scaled by factors[engine][i]."""
+    factors = factors or {}
+    results = [
+        {"engine": e, "config": "b1_beam1_t1_n8", "times_ms": [ms * f for f in factors.get(e, [1.0, 1.05, 0.95])]}
+        for e, ms in ENGINES.items()
+    ]
+    return {
+        "dir": "run",
+        "metrics": {"bench": {"results": results}},
+        "env": {"params": {"model": {"name": "tiny"}}},
+        "translations": {},
+    }
+
+
+def speed(a: dict, b: dict) -> dict[str, str]:
+    return {c["key"]: c["verdict"] for c in compare.compare(a, b)["changes"]["speed"]}
+
+
+def test_a_machine_busy_for_a_whole_configuration_is_not_a_regression():
+    busy = run({e: [2.0, 2.1, 1.9] for e in ENGINES})  # every engine twice as slow in every repetition
+    assert set(speed(run(), busy).values()) == {"within noise"}
+    assert compare.compare(run(), busy)["regressions"] == []
+
+
+def test_one_engine_three_times_slower_is_a_regression_and_faster_an_improvement():
+    slow = run({"mtonnx-int8": [3.0, 3.1, 2.9]})
+    verdicts = speed(run(), slow)
+    assert verdicts.pop("bench mtonnx-int8 b1_beam1_t1_n8") == "regression"
+    assert set(verdicts.values()) == {"within noise"}
+    assert compare.compare(run(), slow)["regressions"] == ["speed: bench mtonnx-int8 b1_beam1_t1_n8 2.0 -> 6.0"]
+    assert speed(slow, run())["bench mtonnx-int8 b1_beam1_t1_n8"] == "improvement"
+
+
+def test_a_slower_engine_whose_peers_got_as_much_faster_is_within_noise():
+    b = run({"mtonnx-int8": [1.0, 1.0, 1.0], **{e: [0.3, 0.3, 0.3] for e in ENGINES if e != "mtonnx-int8"}})
+    assert speed(run(), b)["bench mtonnx-int8 b1_beam1_t1_n8"] == "within noise"  # relative 3x, absolute same
+    few = copy.deepcopy(run({"mtonnx-int8": [3.0, 3.1, 2.9]}))
+    few["metrics"]["bench"]["results"] = few["metrics"]["bench"]["results"][1:3]  # two timings: no group to judge by
+    base = copy.deepcopy(run())
+    base["metrics"]["bench"]["results"] = base["metrics"]["bench"]["results"][1:3]
+    assert speed(base, few)["bench mtonnx-int8 b1_beam1_t1_n8"] == "regression"
