@@ -342,6 +342,12 @@ def test_only_without_a_notebook_number_and_out_as_a_file_are_one_line(tmp_path)
 
 
 # Row 15: Ctrl-C during `run` writes the report, marked interrupted, exit 130, no traceback.
+def _ctrl_c_as_in_a_terminal() -> None:
+    """SIGINT's default disposition in the child, as in a terminal: a job that a script starts in the
+    background inherits SIGINT ignored, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_a_run_writes_the_report_marked_interrupted(tmp_path, models_dir):
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
@@ -360,6 +366,7 @@ def test_ctrl_c_during_a_run_writes_the_report_marked_interrupted(tmp_path, mode
         stderr=subprocess.PIPE,
         text=True,
         env=cli_env(models_dir),
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out / "notebooks").is_dir():
