@@ -52,3 +52,30 @@ def test_a_slower_engine_whose_peers_got_as_much_faster_is_within_noise():
     base = copy.deepcopy(run())
     base["metrics"]["bench"]["results"] = base["metrics"]["bench"]["results"][1:3]
     assert speed(base, few)["bench mtonnx-int8 b1_beam1_t1_n8"] == "regression"
+
+
+def test_parity_and_per_file_metrics_are_judged_not_just_listed():
+    a = run()
+    a["metrics"].update(
+        {
+            "runtime": {"parity": {"hand export, greedy, batched": 1.0}},
+            "manual_export": {"max_abs_diff": {"encoder_model.onnx": 1e-6}, "size_mb": {"encoder_model.onnx": 10.0}},
+            "scale": {"identical_to_local": True, "errors": 0},
+        }
+    )
+    b = copy.deepcopy(a)
+    b["metrics"]["runtime"]["parity"]["hand export, greedy, batched"] = 0.9
+    b["metrics"]["manual_export"] = {
+        "max_abs_diff": {"encoder_model.onnx": 1e-2},
+        "size_mb": {"encoder_model.onnx": 20.0},
+    }
+    b["metrics"]["scale"] = {"identical_to_local": False, "errors": 3}
+    regressions = compare.compare(a, b)["regressions"]
+    for key in (
+        "runtime.parity.hand export, greedy, batched",
+        "manual_export.max_abs_diff.encoder_model.onnx",
+        "manual_export.size_mb.encoder_model.onnx",
+        "scale.identical_to_local",
+        "scale.errors",
+    ):
+        assert any(r.split(": ", 1)[1].startswith(key + " ") for r in regressions), (key, regressions)

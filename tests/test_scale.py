@@ -240,6 +240,22 @@ def test_missing_model_dir_fails_first_with_one_line(corpus, tmp_path, capsys):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--max-new-tokens", "256"), "max_new_tokens must be an integer from 1 to 255 (the model has 256 positions)"),
+        (("--batch-size", "500"), "batch_size must be an integer from 1 to 256"),
+    ],
+)
+def test_a_setting_the_model_cannot_run_fails_before_any_work(hand_export, corpus, tmp_path, capsys, flags, message):
+    """Not a job whose every row failed, with exit 0 and shards that a rerun would skip as complete."""
+    out = tmp_path / "out"
+    code = main(_args("--model-dir", str(hand_export), "--input", str(corpus), "--output", str(out), *flags))
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("mtonnx: error: ") and err.count("\n") == 1 and message in err, err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("module", ["ray.data", "pyarrow"])
 def test_missing_extra_names_the_install(hand_export, corpus, tmp_path, capsys, monkeypatch, module):
     monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError

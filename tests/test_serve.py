@@ -362,6 +362,7 @@ def test_command_line_errors_are_one_line_and_exit_2(hand_export, tmp_path, caps
         (["--model-dir", str(tmp_path)], "missing vocab.json"),
         (["--model-dir", str(broken)], str(broken)),  # an ONNX file ONNX Runtime cannot parse
         (["--model-dir", str(hand_export), "--max-batch-size", "0"], "--max-batch-size = 0 is out of range"),
+        (["--model-dir", str(hand_export), "--max-wait-ms", "nan"], "--max-wait-ms = nan is not a finite number"),
         (["--model-dir", str(hand_export), "--api-key-file", str(tmp_path / "empty_key")], "is empty"),
         (["--model-dir", str(hand_export), "--params", str(tmp_path / "nope.yaml")], "params file not found"),
     ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
+import math
 import os
 import sys
 from pathlib import Path
@@ -43,6 +44,8 @@ def in_range(kind: type, lo: float, hi: float | None = None):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
         if value < lo or (hi is not None and value > hi):
             raise argparse.ArgumentTypeError(f"{value} is out of range {lo}..{hi if hi is not None else 'inf'}")
         return value

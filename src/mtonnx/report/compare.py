@@ -32,6 +32,9 @@ from mtonnx.runtime import layout
 
 GATE_RANK = {"fail": 0, "inconclusive": 1, "pass": 2}
 LOWER_IS_WORSE = (
+    "runtime.parity.",
+    "finite_outputs",
+    "identical_to_local",
     "token_match",
     "bleu",
     "chrf",
@@ -43,7 +46,7 @@ LOWER_IS_WORSE = (
     "static_axes_error_caught",
     "pitfalls.each.",
 )
-HIGHER_IS_WORSE = ("failures", "warnings", "max_abs_diff")
+HIGHER_IS_WORSE = ("failures", "warnings", "max_abs_diff", "errors")
 QUALITY = (*LOWER_IS_WORSE, *HIGHER_IS_WORSE, "gate", "tokens_sha", "recommended", "sentences_needed", "p_value")
 SIZE = ("size_mb", "rss_mb", "rss_after_run_mb", "weights_mb")
 MIN_GROUP = 3  # timings measured side by side that a relative check needs
@@ -122,10 +125,16 @@ def compare(a: dict[str, Any], b: dict[str, Any], thresholds: Thresholds = Thres
     }
 
 
+def _name(key: str) -> str:
+    """A flattened key's metric name: its last part, or the part before a file name (`size_mb.encoder_model.onnx`)."""
+    parts = key.split(".")
+    return parts[-3] if parts[-1] == "onnx" and len(parts) >= 3 else parts[-1]
+
+
 def classify(key: str) -> str:
     """quality / speed / size / other for a flattened metric key."""
-    last = key.rsplit(".", 1)[-1]
-    if key.startswith("pitfalls.each."):
+    last = _name(key)
+    if key.startswith(("pitfalls.each.", "runtime.parity.")):
         return "quality"
     if any(word in last for word in SIZE) or key.startswith(("bench.rss", "bench.memory_ablation.")):
         return "size"
@@ -152,7 +161,7 @@ def _judge(kind: str, key: str, a: Any, b: Any, t: Thresholds) -> dict[str, Any]
 
 
 def _worse(key: str, a: Any, b: Any) -> bool:
-    last = key.rsplit(".", 1)[-1]
+    last = _name(key)
     if a is None or b is None:
         return b is None  # a quality metric that disappeared
     if last == "gate":

@@ -18,7 +18,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
+# Every C0/C1 control (line feed too: a JSONL or Parquet text may hold one), the Unicode line and paragraph
+# separators, and the byte-order mark.
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff]")
 # A candidate sentence end: . ! ? (optionally closed by a quote or bracket), space, then a capital or digit.
 SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]?\s+(?=[\"'(\[]?[A-Z0-9])")
 ABBREVIATIONS = frozenset(

@@ -95,19 +95,8 @@ class Translator:
         return decoding.generate(run, input_ids.shape[0], settings)
 
     def validate(self, batch_size: int = 8, num_beams: int | None = None, max_new_tokens: int | None = None) -> None:
-        """ValueError (one line) for options this model cannot run: batch 1..MAX_BATCH, beams >= 1, and
-        1 <= max_new_tokens < the model's positions (decoding past them would fail inside ONNX Runtime)."""
-        _check_int("batch_size", batch_size, 1, MAX_BATCH)
-        if num_beams is not None:
-            _check_int("num_beams", num_beams, 1, MAX_BEAMS)
-        if max_new_tokens is not None:
-            _check_int(
-                "max_new_tokens",
-                max_new_tokens,
-                1,
-                self.max_positions - 1,
-                f" (the model has {self.max_positions} positions)",
-            )
+        """ValueError (one line) for options this model cannot run (check_options)."""
+        check_options(self.max_positions, batch_size, num_beams, max_new_tokens)
 
     def fit(self, text: str, source_prefix: str = "") -> list[str]:
         """`text` as pieces that each fit the model's positions: itself when it fits, else cut at clause
@@ -215,6 +204,18 @@ def max_positions(directory: Path) -> int:
         if value:
             return int(value)
     return 512
+
+
+def check_options(
+    positions: int, batch_size: int = 8, num_beams: int | None = None, max_new_tokens: int | None = None
+) -> None:
+    """ValueError (one line) for options a model of `positions` cannot run: batch 1..MAX_BATCH, beams
+    1..MAX_BEAMS, 1 <= max_new_tokens < positions (decoding past them would fail inside ONNX Runtime)."""
+    _check_int("batch_size", batch_size, 1, MAX_BATCH)
+    if num_beams is not None:
+        _check_int("num_beams", num_beams, 1, MAX_BEAMS)
+    if max_new_tokens is not None:
+        _check_int("max_new_tokens", max_new_tokens, 1, positions - 1, f" (the model has {positions} positions)")
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int, why: str = "") -> None:

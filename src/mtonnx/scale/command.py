@@ -8,14 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mtonnx.cli import in_range
+from mtonnx.runtime.layout import LAYOUTS
 from mtonnx.scale.jobs import ENGINES
 
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
+_positive = in_range(int, 1)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source-prefix", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
     parser.add_argument("--beams", type=_positive, help="beam size (default: the model's generation_config)")
     parser.add_argument("--max-new-tokens", type=_positive, help="longest translation in tokens")
-    parser.add_argument("--decoder", default="auto", choices=("auto", "tuned", "lean", "split", "merged", "no-cache"))
+    parser.add_argument("--decoder", default="auto", choices=("auto", *LAYOUTS))
 
 
 def settings(args: argparse.Namespace) -> dict:

@@ -13,14 +13,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtonnx.runtime.textio import clean
+
 FORMATS = ("text", "jsonl", "parquet")
 EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
 CHUNK_ROWS = 2048  # rows per translate call: length-sorted inside, the unit of progress
 COLUMNS = ("id", "position", "text", "error")
 BOM = b"\xef\xbb\xbf"
 _MISSING = object()
-# C0 and C1 control characters (line breaks, tab, NUL, ...) and Unicode's line and paragraph separators.
-_BREAKS = {c: " " for c in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)}
 
 
 class ScaleError(ValueError):
@@ -36,11 +36,6 @@ class Input:
     format: str
     size: int
     mtime_ns: int
-
-
-def clean(text: str) -> str:
-    """`text` with every control character and line/paragraph separator as a space: the model sees one line."""
-    return text.translate(_BREAKS)
 
 
 def format_of(path: str | Path, input_format: str = "auto") -> str:

@@ -66,10 +66,14 @@ def translate_files(
             raise ScaleError(f"{name} must be a positive integer; got {value!r}")
     if chunk_rows < 1:
         raise ScaleError(f"chunk_rows must be a positive integer; got {chunk_rows!r}")
-    from mtonnx.runtime.translator import check_dir
+    from mtonnx.runtime.translator import check_dir, check_options, max_positions
 
     check_dir(model_dir, decoder)  # the runtime's own checks, before any work
     model = Path(model_dir).resolve()
+    try:  # a setting the model cannot run would otherwise fail every row and exit 0
+        check_options(max_positions(model), batch_size, **(options or {}))
+    except (TypeError, ValueError) as err:
+        raise ScaleError(str(err)) from None
     items = find_inputs([inputs] if isinstance(inputs, str | Path) else [str(i) for i in inputs], input_format)
     out = Path(output).resolve()
     items = [item for item in items if not Path(item.path).is_relative_to(out)]  # a glob may reach our own shards

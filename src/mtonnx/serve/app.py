@@ -8,10 +8,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import platform
 from contextlib import asynccontextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
+from mtonnx.report.envinfo import version_of
 from mtonnx.runtime import layout
 from mtonnx.serve import auth, schema
 from mtonnx.serve.batcher import Batcher, QueueFull
@@ -86,7 +87,12 @@ class Service:
         return body is not None and auth.key_matches(schema.body_api_key(body), key)
 
     def info(self) -> dict[str, Any]:
-        """What /info shows: model directory, layout, variant manifest, versions, defaults, limits."""
+        """What /info shows: model directory, layout, variant manifest, versions, defaults, limits, readiness."""
+        return {**self._static_info, "ready": self.ready}
+
+    @functools.cached_property
+    def _static_info(self) -> dict[str, Any]:
+        """/info's fixed part, built once: it reads the manifest and looks up 8 package versions."""
         model_dir = Path(self.settings.model_dir or self.translator.dir).resolve()
         manifest_path = model_dir / layout.VARIANT_MANIFEST
         manifest = json.loads(manifest_path.read_text(encoding="utf-8")) if manifest_path.is_file() else None
@@ -95,7 +101,7 @@ class Service:
             "model_dir": str(model_dir),
             "layout": getattr(self.translator, "layout", None),
             "variant_manifest": manifest,
-            "versions": {"python": platform.python_version(), **{name: _version(name) for name in VERSIONED}},
+            "versions": {"python": platform.python_version(), **{name: version_of(name) for name in VERSIONED}},
             "generation": {
                 "num_beams": defaults.num_beams,
                 "max_new_tokens": defaults.max_new_tokens,
@@ -116,7 +122,6 @@ class Service:
             "threads": self.settings.threads,
             "decoder": self.settings.decoder,
             "auth": self.settings.api_key is not None,
-            "ready": self.ready,
         }
 
 
@@ -245,10 +250,3 @@ def _unauthorized() -> JSONResponse:
     return _error(
         401, "missing or wrong API key: send 'Authorization: Bearer <key>'", headers={"WWW-Authenticate": "Bearer"}
     )
-
-
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None

@@ -10,7 +10,9 @@ import argparse
 import json
 import sys
 
-DECODERS = ("auto", "tuned", "lean", "split", "merged", "no-cache")
+from mtonnx.runtime.layout import LAYOUTS
+
+DECODERS = ("auto", *LAYOUTS)
 SERVE_STACK = ("fastapi", "uvicorn", "prometheus_client")
 BENCH_STACK = ("httpx",)
 

@@ -6,6 +6,7 @@ One frozen object read by the app, the batcher and the server, so a test builds 
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,8 @@ def read_api_key(path: str | Path) -> str:
 
 def _in_range(key: str, value: Any) -> Any:
     spec = SCHEMA["serve"][key]
+    if isinstance(value, float) and not math.isfinite(value):  # nan passes every comparison below
+        raise ParamsError(f"--{key.replace('_', '-')} = {value!r} is not a finite number")
     if spec.lo is not None and value < spec.lo or spec.hi is not None and value > spec.hi:
         flag = "--" + key.replace("_", "-")
         raise ParamsError(f"{flag} = {value!r} is out of range {spec.lo}..{spec.hi}")
