@@ -15,6 +15,7 @@ indices and float32 scores as scoring every continuation; notebook 07's ablation
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -139,7 +140,8 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
     is_finished = np.zeros((batch, k), dtype=bool)
     can_improve = np.ones((batch, 1), dtype=bool)
     top_k_mask = np.arange(keep) < k
-    row_offset = np.arange(batch)[:, None] * k
+    sentence = np.arange(batch)[:, None]  # with a [batch, n] index array: each sentence's own entries
+    row_offset = sentence * k
     tokens = running[:, :, 0].reshape(-1)
     scratch = None
     cur_len = 1
@@ -158,15 +160,15 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
             scratch = np.empty_like(logits)
         flat, cand_scores = _candidates(logits, scored, cur_len, s, scratch, keep)
         cand_beam, cand_token = flat // vocab, flat % vocab
-        cand_seq = np.take_along_axis(running, cand_beam[:, :, None], axis=1)
+        cand_seq = running[sentence, cand_beam]
         cand_seq[:, :, cur_len] = cand_token
         hits = (cand_token == s.eos_token_id) | (cur_len + 1 >= s.max_length)
 
         live_scores = cand_scores + hits.astype(np.float32) * NEG
         pick = _top_k(live_scores, k)
-        running = np.take_along_axis(cand_seq, pick[:, :, None], axis=1)
-        running_scores = np.take_along_axis(live_scores, pick, axis=1)
-        source_beam = np.take_along_axis(cand_beam, pick, axis=1)
+        running = cand_seq[sentence, pick]
+        running_scores = live_scores[sentence, pick]
+        source_beam = cand_beam[sentence, pick]
 
         just_finished = hits & top_k_mask[None, :]
         normalized = cand_scores / np.float32((cur_len + 1 - prompt) ** s.length_penalty)
@@ -176,9 +178,9 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
         normalized = normalized + (~just_finished).astype(np.float32) * NEG
         merged_scores = np.concatenate([finished_scores, normalized], axis=1)
         best = _top_k(merged_scores, k)
-        finished_seq = np.take_along_axis(np.concatenate([finished_seq, cand_seq], axis=1), best[:, :, None], axis=1)
-        finished_scores = np.take_along_axis(merged_scores, best, axis=1)
-        is_finished = np.take_along_axis(np.concatenate([is_finished, just_finished], axis=1), best, axis=1)
+        finished_seq = np.concatenate([finished_seq, cand_seq], axis=1)[sentence, best]
+        finished_scores = merged_scores[sentence, best]
+        is_finished = np.concatenate([is_finished, just_finished], axis=1)[sentence, best]
 
         run.reorder((source_beam + row_offset).reshape(-1))
         tokens = running[:, :, cur_len].reshape(-1)
@@ -240,10 +242,9 @@ def _candidates(
             logits, running_scores, cur_len, s, scratch, keep, processed=True, peak=peak, log_total=log_total
         )
     row, group = np.nonzero(chosen)
-    col = (group[:, None] + groups * np.arange(GROUP)).ravel()
-    leftover = np.arange(groups * GROUP, vocab)
-    row = np.concatenate([np.repeat(row, GROUP), np.repeat(np.arange(rows), len(leftover))])
-    col = np.concatenate([col, np.tile(leftover, rows)])
+    strides, left_rows, left_cols = _screen_indices(rows, vocab)
+    row = np.concatenate([np.repeat(row, GROUP), left_rows])
+    col = np.concatenate([(group[:, None] + strides).ravel(), left_cols])
     scores = ((logits[row, col] - peak[row, 0]) - log_total[row, 0]) + offset[row, 0]
     above = scores >= threshold[row, 0]
     row, col, scores = row[above], col[above], scores[above]
@@ -252,6 +253,18 @@ def _candidates(
     starts = np.searchsorted(sentence[order], np.arange(batch))
     pick = order[starts[:, None] + np.arange(keep)]
     return flat[pick], scores[pick]
+
+
+@functools.lru_cache(maxsize=64)
+def _screen_indices(rows: int, vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What `_candidates` indexes with at every step of a batch: a group's column offsets, and the rows and columns
+    of the leftover logits (past the last whole group), which are always scored. Read-only, shared."""
+    groups = vocab // GROUP
+    leftover = np.arange(groups * GROUP, vocab)
+    arrays = groups * np.arange(GROUP), np.repeat(np.arange(rows), len(leftover)), np.tile(leftover, rows)
+    for array in arrays:
+        array.flags.writeable = False
+    return arrays
 
 
 def _forced_candidates(running_scores: np.ndarray, vocab: int, eos: int, keep: int) -> tuple[np.ndarray, np.ndarray]:
@@ -301,18 +314,22 @@ def _log_softmax(logits: np.ndarray, scratch: np.ndarray) -> np.ndarray:
     return logits
 
 
+SMALL_ROW = 256  # _top_k sorts rows of at most this many values (beam bookkeeping: 2-3 x beams per sentence)
 GROUP = 64  # screening works on groups of 64 scores (about 1,000 group maxima per 65,001-entry row)
 
 
 def _top_k(values: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest values per row, largest first; ties keep the lower index first (exact).
 
-    A partition finds k of the largest; when the row holds more values equal to the k-th than the partition
+    Rows of at most SMALL_ROW values are sorted (a stable sort of the negated values). Longer rows: a partition
+    finds k of the largest; when the row holds more values equal to the k-th than the partition
     kept (a tie across the boundary), the ties are filled from the lowest index instead. When fewer than k
     scores per row are above -inf (the forced-eos step), the rest are the lowest-index -inf columns, all
     within the first 2k columns.
     """
     rows, n = values.shape
+    if n <= SMALL_ROW:  # a stable sort of the negated values is the same order, in far fewer numpy calls
+        return np.argsort(-values, axis=1, kind="stable")[:, :k]
     finite = values > -np.inf
     if (finite.sum(axis=1) < k).all():
         finite[:, : 2 * k] = True
