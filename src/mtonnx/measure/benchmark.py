@@ -15,13 +15,16 @@ import numpy as np
 
 from mtonnx import data
 from mtonnx.measure import ablation as ablations
-from mtonnx.measure import peers, verdicts
+from mtonnx.measure import peers, restriction, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
 from mtonnx.report.artifacts import write_json
-from mtonnx.runtime import MarianSpmTokenizer
+from mtonnx.runtime import MarianSpmTokenizer, layout
+from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.sources import models
+from mtonnx.variants.restricted import build_restricted
 
 RESULTS = "bench.json"
+RESTRICTED = "int8-tuned-target-vocab"  # int8-tuned with the target side's output rows only (variants.restricted)
 HEADLINE_TOKENS = 32  # the output length the headline ratios are read at (the shortest one when not measured)
 TARGETS = {
     **{f"int8_vs_pt_fp32_b{b}{s}": 4.0 for b in (1, 8) for s in ("", "_beam4")},
@@ -75,6 +78,21 @@ def run_benchmark(
         warmup=b["warmup"],
         repeats=b["repeats"],
     )
+    log("the output vocabulary restricted to the target side's rows, against int8-tuned ...")
+    cut = Path(run_dir) / "variants" / RESTRICTED
+    if OutputRows.from_dir(cut) is None or not (cut / layout.TUNED_STEP).is_file():
+        build_restricted(paths.int8_tuned, cut)
+    restricted = restriction.restriction(
+        paths.int8_tuned,
+        cut,
+        data.eval_set(params["data"]),
+        list(itertools.product(b["batches"], b["beams"])),
+        tokens=headline_tokens(b["tokens"]),
+        gate_bleu=params["quant"]["gate_bleu"],
+        generation=params["generation"],
+        warmup=b["warmup"],
+        repeats=b["repeats"],
+    )
     log("memory after load and after one generation at the largest config, one fresh process per engine ...")
     rss = peers.rss_after_load(engines, paths)
     largest = ((rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
@@ -85,6 +103,11 @@ def run_benchmark(
         "rss_mb": rss,
         "rss_after_run_mb": rss_run,
         "memory_ablation": ablations.memory_ablation(tuned),
+        "restricted": restricted,
+        "bytes_per_token_int8": {
+            name: bytes_per_token(directory)["weights_per_token"]
+            for name, directory in (("int8-tuned", paths.int8_tuned), (RESTRICTED, cut))
+        },
         "skipped": skipped,
         "bytes_per_token": bytes_per_token(model_dir),
         "bandwidth_gbs": memory_bandwidth_gbs(),
@@ -150,9 +173,11 @@ def targets(results: list[dict[str, Any]], tokens: int) -> list[dict[str, Any]]:
 
 def bytes_per_token(model_dir: str | Path) -> dict[str, Any]:
     """Weights a decoding step must read at batch 1 (decoder layers without the cached cross K/V projections,
-    plus the whole lm_head), and what that is in fp32 and int8 bytes."""
+    plus the whole lm_head: of a restricted variant, its kept rows), and what that is in fp32 and int8 bytes."""
     config = json.loads((Path(model_dir) / "config.json").read_text())
     d, ffn, layers, vocab = config["d_model"], config["decoder_ffn_dim"], config["decoder_layers"], config["vocab_size"]
+    rows = OutputRows.from_dir(model_dir)
+    vocab = vocab if rows is None else len(rows)
     per_layer = 4 * d * d + 2 * d * d + 2 * d * ffn  # self q,k,v,o; cross q,o; FFN in and out
     decoder, lm_head = layers * per_layer, vocab * d
     return {
@@ -249,4 +274,6 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
             for r in result["ablation"]
         ],
         "memory_ablation": {r["step"]: r["rss_mb"] for r in result["memory_ablation"]},
+        "bytes_per_token": result["bytes_per_token_int8"],
+        "restricted": result["restricted"],
     }

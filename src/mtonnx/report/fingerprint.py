@@ -43,7 +43,13 @@ TIMING_WORDS = (
     "vs_pytorch",
     "vs_ct2",
 )
-TIMING_KEYS = ("bench.results", "bench.ablation", "pitfalls.each.no cache", "pitfalls.reproduced")
+TIMING_KEYS = (
+    "bench.results",
+    "bench.ablation",
+    "bench.restricted.speed",
+    "pitfalls.each.no cache",
+    "pitfalls.reproduced",
+)
 SKIPPED_SECTIONS = ("graphview", SECTION)
 
 

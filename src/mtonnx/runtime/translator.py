@@ -2,7 +2,8 @@
 
 Accepts the hand export (notebook 02), optimum's split files, optimum's merged decoder, or a tuned variant's
 tuned or lean files (mtonnx.variants.tuned; preferred when present): the layouts of `runtime.layout`.
-Generation defaults come from the directory's generation_config.json, as with `generate`.
+Generation defaults come from the directory's generation_config.json, as with `generate`. A restricted variant
+(layout.OUTPUT_ROWS) decodes over its logits columns and returns vocab.json ids (runtime.output_rows).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mtonnx.runtime import decoding, layout
 from mtonnx.runtime.decoders import CachedDecoder, NoCacheDecoder
 from mtonnx.runtime.decoding import GenerationSettings
 from mtonnx.runtime.layout import LAYOUTS
+from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.runtime.sessions import SessionSettings, make_session
 from mtonnx.runtime.tokenizer import MarianSpmTokenizer, pad
 
@@ -52,6 +54,7 @@ class Translator:
         self.tokenizer = _read(self.dir, "the tokenizer files", lambda: MarianSpmTokenizer(self.dir))
         self.settings = _read(self.dir, "generation_config.json", lambda: GenerationSettings.from_dir(self.dir))
         self.max_positions = _read(self.dir, "config.json", lambda: max_positions(self.dir))
+        self.output_rows = self._output_rows()
         loaded = {f: self._session(f, session) for f in LAYOUTS[self.layout]}
         self._check_vocab(loaded[LAYOUTS[self.layout][-1]])
         self.sessions = {f: wrap(f, s) for f, s in loaded.items()} if wrap else loaded
@@ -79,10 +82,30 @@ class Translator:
             return CachedDecoder(s[layout.ENCODER], None, s[layout.DECODER_MERGED])
         return CachedDecoder(s[layout.ENCODER], s[layout.DECODER], s[layout.DECODER_WITH_PAST])
 
+    def _output_rows(self) -> OutputRows | None:
+        """The directory's logits restriction (None: the whole vocabulary), checked against the generation ids."""
+        try:
+            rows = OutputRows.from_dir(self.dir)
+            if rows is not None:
+                rows.settings(self.settings)
+            return rows
+        except (OSError, ValueError, TypeError) as err:
+            raise ModelDirError(
+                f"{self.dir / layout.OUTPUT_ROWS} is not a usable restriction ({' '.join(str(err).split())[:160]}); "
+                "rebuild the restricted variant (mtonnx.variants.restricted)"
+            ) from None
+
     def _check_vocab(self, session) -> None:
         logits = next(o for o in session.get_outputs() if o.name == "logits")
         size = logits.shape[-1]
-        if isinstance(size, int) and size != self.tokenizer.vocab_size:
+        if self.output_rows is not None:
+            if size != len(self.output_rows) or self.output_rows.ids[-1] >= self.tokenizer.vocab_size:
+                raise ModelDirError(
+                    f"{self.dir}: {layout.OUTPUT_ROWS} lists {len(self.output_rows)} vocabulary rows (of "
+                    f"{self.tokenizer.vocab_size}) but the model's logits have {size}: rebuild the restricted variant "
+                    "(mtonnx.variants.restricted)"
+                )
+        elif isinstance(size, int) and size != self.tokenizer.vocab_size:
             raise ModelDirError(
                 f"{self.dir}: vocab.json has {self.tokenizer.vocab_size} entries but the model's logits have {size}: "
                 "the tokenizer files and the ONNX files come from different models"
@@ -92,7 +115,10 @@ class Translator:
         """Token ids per row (up to and including eos); options as generate(): num_beams, max_new_tokens, ..."""
         settings = self.settings.with_options(**options)
         run = self.decoder.begin(input_ids, attention_mask, expand=settings.num_beams)
-        return decoding.generate(run, input_ids.shape[0], settings)
+        if self.output_rows is None:
+            return decoding.generate(run, input_ids.shape[0], settings)
+        rows = self.output_rows
+        return rows.vocabulary_ids(decoding.generate(rows.run(run), input_ids.shape[0], rows.settings(settings)))
 
     def validate(self, batch_size: int = 8, num_beams: int | None = None, max_new_tokens: int | None = None) -> None:
         """ValueError (one line) for options this model cannot run (check_options)."""

@@ -1,0 +1,94 @@
+"""The restricted output vocabulary (passes.output_rows, variants.restricted, runtime.output_rows): the kept logits
+are bit-identical columns of the full ones, greedy ids are identical wherever the full model chose only kept rows,
+bytes per token count the kept rows, and a broken restriction fails at load with one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+
+from mtonnx import data
+from mtonnx.measure import benchmark
+from mtonnx.measure.restriction import same_tokens
+from mtonnx.passes.output_rows import restrict, target_rows
+from mtonnx.runtime import Translator, layout
+from mtonnx.runtime.translator import ModelDirError
+from mtonnx.variants.restricted import build_restricted
+from mtonnx.variants.tuned import build_tuned
+
+SOURCES = [p.en for p in data.eval_set({"hsk_size": 24, "techdocs_size": 8, "eval_split": "test"})]
+
+
+@pytest.fixture(scope="module")
+def variants(dynamo_export, tmp_path_factory):
+    work = tmp_path_factory.mktemp("restricted")
+    full = build_tuned(dynamo_export, work)["int8-tuned"]
+    build_restricted(full, work / "cut")
+    return full, work / "cut"
+
+
+def test_target_rows_are_the_target_pieces_and_the_special_tokens(tiny_dir):
+    rows = target_rows(tiny_dir)
+    vocab = json.loads((tiny_dir / "vocab.json").read_text())
+    assert rows == sorted(rows) and len(set(rows)) == len(rows) and 0 < len(rows) < len(vocab)
+    assert {vocab["</s>"], vocab["<unk>"], vocab["<pad>"]} <= set(rows)
+
+
+def test_kept_logits_are_bit_identical_columns_of_the_full_ones(variants):
+    full, cut = (Translator(d) for d in variants)
+    rows = cut.output_rows.ids
+    assert len(rows) < full.tokenizer.vocab_size
+    ids, mask = full.tokenizer.batch(SOURCES[:5])
+    runs = full.decoder.begin(ids, mask), cut.decoder.begin(ids, mask)
+    tokens = np.full(len(SOURCES[:5]), full.settings.decoder_start_token_id)
+    for _ in range(4):
+        whole, kept = (run.step(tokens) for run in runs)
+        assert kept.shape == (len(tokens), len(rows))
+        np.testing.assert_array_equal(kept, whole[:, rows])
+        tokens = rows[kept.argmax(-1)]  # a kept row, fed to both as its vocabulary id
+
+
+def test_greedy_ids_are_identical_wherever_only_kept_rows_were_chosen(variants):
+    full, cut = (Translator(d) for d in variants)
+    check = same_tokens(full, cut, SOURCES, beams=1)
+    assert check["differ_otherwise"] == 0 and check["identical"] > 0, check
+    assert sum(check[k] for k in ("identical", "differ_removed_row_chosen", "differ_otherwise")) == len(SOURCES)
+    kept = set(cut.output_rows.ids.tolist())
+    ids, mask = cut.tokenizer.batch(SOURCES)
+    assert all(set(row) <= kept for row in cut.generate(ids, mask, num_beams=4))  # beams too: vocabulary ids
+
+
+def test_bytes_per_token_count_the_kept_rows(variants, tiny_dir):
+    full, cut = variants
+    d_model = json.loads((tiny_dir / "config.json").read_text())["d_model"]
+    before, after = benchmark.bytes_per_token(full), benchmark.bytes_per_token(cut)
+    kept = len(json.loads((cut / layout.OUTPUT_ROWS).read_text()))
+    assert before["decoder_weights"] == after["decoder_weights"] and after["lm_head_weights"] == kept * d_model
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (lambda rows: rows[:5] + rows[6:], "lists"),  # fewer rows than the logits have
+        (lambda rows: rows[1:], "leaves out"),  # eos (id 0) dropped
+        (lambda rows: rows[::-1], "ascending"),
+    ],
+)
+def test_a_broken_restriction_fails_at_load_with_one_line(variants, tmp_path, rows, message):
+    broken = tmp_path / "broken"
+    shutil.copytree(variants[1], broken)
+    kept = json.loads((broken / layout.OUTPUT_ROWS).read_text())
+    (broken / layout.OUTPUT_ROWS).write_text(json.dumps(rows(kept)))
+    with pytest.raises(ModelDirError, match=message) as err:
+        Translator(broken)
+    assert "\n" not in str(err.value) and layout.OUTPUT_ROWS in str(err.value)
+
+
+def test_a_tied_lm_head_is_refused(dynamo_export):
+    model = onnx.load(str(dynamo_export / layout.DECODER_WITH_PAST))
+    with pytest.raises(ValueError, match="untie"):
+        restrict(model, [0, 1, 2])
