@@ -80,3 +80,21 @@ def test_memory_probe_counts_what_the_loaded_object_holds():
     empty = probe.import_cost("None", repeats=1)["rss_mb"]
     held = probe.import_cost("bytearray(300 * 2**20)", repeats=1)["rss_mb"]  # a final expression, never bound
     assert held - empty >= 290
+
+
+def test_corpus_runs_translate_every_sentence_at_its_own_length(paths):
+    tokenizer = MarianSpmTokenizer(paths.fp32_export)
+    rows = [tokenizer.encode(p.en) for p in data.eval_set({"hsk_size": 5, "techdocs_size": 2, "eval_split": "test"})]
+    config = peers.Config(3, 2, 1, 6, corpus=True)
+    results = peers.measure_engines(["mtonnx-int8", "ct2-int8"], paths, [config], rows, warmup=0, repeats=2)
+    assert [r["config"] for r in results] == ["corpus_b3_beam2_t1_n6"] * 2
+    for r in results:
+        assert 0 < r["generated_tokens"] <= len(rows) * 6, r  # at most max_new_tokens each, eos not counted
+        assert r["sentences_per_s"] == round(len(rows) / (r["median_ms"] / 1000), 2)
+    summary = benchmark.corpus_summary(results)
+    assert set(summary["engines"]) == {"mtonnx-int8", "ct2-int8"} and list(summary["ratio"]) == [
+        "corpus_vs_ct2_int8_t1"
+    ]
+    ours, ct2 = results
+    assert summary["ratio"]["corpus_vs_ct2_int8_t1"] == round(ct2["median_ms"] / ours["median_ms"], 2)
+    assert summary["targets"]["corpus_vs_ct2_int8_t1"] in ("met", "missed", "within noise")

@@ -24,6 +24,8 @@ from mtonnx.sources import models
 from mtonnx.variants.restricted import build_restricted
 
 RESULTS = "bench.json"
+CORPUS_ENGINES, CORPUS_BATCH, CORPUS_THREADS, CORPUS_REPEATS = ("mtonnx-int8", "ct2-int8"), 32, (1, 2), 3
+CORPUS_TARGET = 1.2  # mtonnx-int8 / ct2-int8 in sentences per second, at each thread count
 RESTRICTED = "int8-tuned-target-vocab"  # int8-tuned with the target side's output rows only (variants.restricted)
 HEADLINE_TOKENS = 32  # the output length the headline ratios are read at (the shortest one when not measured)
 TARGETS = {
@@ -68,6 +70,15 @@ def run_benchmark(
     ]
     log(f"measuring {len(engines)} engines x {len(configs)} configurations, {b['repeats']} repeats ...")
     results = peers.measure_engines(engines, paths, configs, rows, warmup=b["warmup"], repeats=b["repeats"])
+    corpus_engines = [e for e in CORPUS_ENGINES if e in engines]
+    corpus_configs = [
+        peers.Config(CORPUS_BATCH, params["generation"]["num_beams"], t, params["generation"]["max_new_tokens"], True)
+        for t in CORPUS_THREADS
+    ]
+    log(f"the eval corpus at its real lengths, batches of {CORPUS_BATCH}, threads {CORPUS_THREADS}: {corpus_engines}")
+    corpus = peers.measure_engines(
+        corpus_engines, paths, corpus_configs, rows, warmup=1, repeats=min(b["repeats"], CORPUS_REPEATS)
+    )
     log(f"ablation: the tuning steps one by one ({len(ablations.STEPS)} variants) ...")
     tuned = {"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned}
     ablation = ablations.ablation(
@@ -104,6 +115,7 @@ def run_benchmark(
         "rss_after_run_mb": rss_run,
         "memory_ablation": ablations.memory_ablation(tuned),
         "restricted": restricted,
+        "corpus": corpus,
         "bytes_per_token_int8": {
             name: bytes_per_token(directory)["weights_per_token"]
             for name, directory in (("int8-tuned", paths.int8_tuned), (RESTRICTED, cut))
@@ -153,6 +165,36 @@ def ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, float | None
 def paired_ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, dict[str, float] | None]:
     """The same ratios repetition by repetition (timing.paired_ratio): median, min and max over the repetitions."""
     return _headline(results, tokens, lambda slow, fast: paired_ratio(slow.get("times_ms"), fast.get("times_ms")))
+
+
+def corpus_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The corpus runs per engine (sentences/s, tokens/s; `t<N>_` for N threads) and mtonnx-int8 / ct2-int8 per
+    thread count: the ratio of medians and its spread, paired repetition by repetition where both ran in one
+    process (1 thread), else bracketed by the extremes (min: the slowest mtonnx run against the fastest ct2 run)."""
+    by = {(r["engine"], r["threads"]): r for r in results}
+    engines: dict[str, dict[str, Any]] = {}
+    for r in results:
+        prefix = "" if r["threads"] == 1 else f"t{r['threads']}_"
+        for key in ("sentences_per_s", "tokens_per_s", "generated_tokens"):
+            engines.setdefault(r["engine"], {})[f"{prefix}{key}"] = r[key]
+    ratio, spread = {}, {}
+    for threads in sorted({r["threads"] for r in results}):
+        ours, ct2 = by.get(("mtonnx-int8", threads)), by.get(("ct2-int8", threads))
+        if ours is None or ct2 is None:
+            continue
+        key = f"corpus_vs_ct2_int8_t{threads}"
+        ratio[key] = round(ct2["median_ms"] / ours["median_ms"], 2)
+        spread[key] = (
+            paired_ratio(ct2["times_ms"], ours["times_ms"])
+            if threads == 1
+            else {
+                "median": ratio[key],
+                "min": round(min(ct2["times_ms"]) / max(ours["times_ms"]), 2),
+                "max": round(max(ct2["times_ms"]) / min(ours["times_ms"]), 2),
+            }
+        )
+    verdict = {key: verdicts.target(spread[key], CORPUS_TARGET) for key in ratio}
+    return {"engines": engines, "ratio": ratio, "spread": spread, "targets": verdict}
 
 
 def targets(results: list[dict[str, Any]], tokens: int) -> list[dict[str, Any]]:
@@ -229,6 +271,7 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
     """What a run records under `bench.` (notebook 07 and `mtonnx bench`); keys never depend on the params."""
     tokens = result["tokens"]
     fraction = {r["engine"]: r["fraction of bound"] for r in bound_table(result, tokens)}
+    corpus = corpus_summary(result["corpus"])
     return {
         "results": [
             {
@@ -251,9 +294,10 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
         ],
         "rss_mb": result["rss_mb"],
         "rss_after_run_mb": result["rss_after_run_mb"],
-        "ratio": ratios(result["results"], tokens),
-        "ratio_per_repetition": paired_ratios(result["results"], tokens),
-        "targets": {t["ratio"]: t["verdict"] for t in targets(result["results"], tokens)},
+        "ratio": {**ratios(result["results"], tokens), **corpus["ratio"]},
+        "ratio_per_repetition": {**paired_ratios(result["results"], tokens), **corpus["spread"]},
+        "targets": {**{t["ratio"]: t["verdict"] for t in targets(result["results"], tokens)}, **corpus["targets"]},
+        "corpus": corpus["engines"],
         "bandwidth_gbs": result["bandwidth_gbs"],
         "bound_fraction_b1": fraction.get("mtonnx-int8"),
         "headline_tokens": tokens,
