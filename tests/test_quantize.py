@@ -132,3 +132,28 @@ def test_safe_groups_keep_the_matmul_groups_that_pass_alone():
     }
     assert sensitivity.safe_groups(gates) == ("encoder", "cross-attention")  # embeddings are Gathers, not MatMuls
     assert sensitivity.safe_groups({"lm_head": "fail"}) == ("lm_head",)
+
+
+def test_blockwise_variants_quantize_every_weight_matmul_and_rows_never_share_a_scale(hand_export, tmp_path):
+    built, failed = recipes.build_all(
+        hand_export,
+        tmp_path,
+        recipes.Inputs(heads=4, hidden=64),
+        names=("int8", "int8-blockwise-b32", "int4-blockwise-b32"),
+    )
+    assert not failed
+    for name in ("int8-blockwise-b32", "int4-blockwise-b32"):
+        details = built[name]["details"][layout.DECODER_WITH_PAST]
+        graph = onnx.load(str(tmp_path / name / layout.DECODER_WITH_PAST)).graph
+        weights = {i.name for i in graph.initializer}
+        plain = [n for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
+        assert details["matmul_nbits"] > 0 and not plain, name  # no weight MatMul left in fp32, the lm_head included
+        assert details["gather_block_quantized"] == (1 if name.startswith("int4") else 0), name
+    # dynamic int8 quantizes a batch's activations with one scale; MatMulNBits per block of each row: a sentence's
+    # tokens do not depend on what it is batched with
+    blockwise = Translator(tmp_path / "int8-blockwise-b32")
+    alone = [blockwise.translate([s], num_beams=1, max_new_tokens=12)[0] for s in SOURCES]
+    assert blockwise.translate(SOURCES, batch_size=len(SOURCES), num_beams=1, max_new_tokens=12) == alone
+    dynamic = Translator(tmp_path / "int8")  # the contrast that makes the check meaningful (3 of 8 differ here)
+    alone = [dynamic.translate([s], num_beams=1, max_new_tokens=12)[0] for s in SOURCES]
+    assert dynamic.translate(SOURCES, batch_size=len(SOURCES), num_beams=1, max_new_tokens=12) != alone

@@ -6,6 +6,7 @@ an exception.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,16 @@ RECIPES = (
         True,
     ),
     Recipe("fp16", "float16 weights, fp32 inputs and outputs", lambda i: transforms.fp16),
+    *(
+        Recipe(
+            f"int{bits}-blockwise-b{block}",
+            f"MatMulNBits, {bits}-bit weights in blocks of {block}, accuracy_level 4"
+            + (", embedding GatherBlockQuantized" if bits == 4 else ""),
+            functools.partial(lambda i, b, k: transforms.blockwise(b, k), b=bits, k=block),
+        )
+        for bits in (8, 4)
+        for block in (32, 128)
+    ),
 )
 BY_NAME = {r.name: r for r in RECIPES}
 

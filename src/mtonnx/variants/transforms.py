@@ -6,6 +6,8 @@
 - `dynamic_int8`: the recipe that works on Marian: the tied lm_head untied first (passes.lm_head) so its MatMul
   becomes integer, only MatMuls quantized (embeddings and the sinusoidal position table stay fp32), per tensor
   or per channel, optionally only some sensitivity groups (variants.sensitivity);
+- `blockwise`: ONNX Runtime's MatMulNBits (8 or 4 bits, per block of weights, accuracy_level 4), at 4 bits the
+  embedding as GatherBlockQuantized;
 - `fp16`: float16 weights with fp32 inputs/outputs (keep_io_types);
 - `per_file`: one transform for the encoder, another for the decoders;
 - `folded`, `with_cross_kv`, `with_tuned_step`: the tuned variants' graph passes around another transform.
@@ -97,6 +99,38 @@ def dynamic_int8(
             "untied": untied,
             "quantized_nodes": len(nodes) if nodes is not None else None,
             "integer_matmuls": integer,
+        }
+
+    return transform
+
+
+def blockwise(bits: int, block_size: int) -> Transform:
+    """ONNX Runtime's weight-only block quantization (MatMulNBitsQuantizer): every MatMul with a 2-D initializer
+    weight (the lm_head untied first) as MatMulNBits, `bits` 8 or 4, symmetric, one scale per `block_size`
+    weights, accuracy_level 4 (int8 compute, the activations quantized per block of each row, so no two rows
+    share a scale, unlike dynamic int8's one scale per batch); at 4 bits the token embedding Gather as
+    GatherBlockQuantized too (ORT quantizes Gathers at 4 bits only; the sinusoidal position table stays fp32)."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
+
+    ops = ("MatMul", "Gather") if bits == 4 else ("MatMul",)
+    axes = (("MatMul", 0), ("Gather", 1))
+
+    def transform(src: Path, dst: Path) -> dict[str, Any]:
+        model = onnx.load(str(src))
+        untied = untie_lm_head(model)
+        positions = [n.name for n in model.graph.node if n.op_type == "Gather" and "embed_positions" in n.input[0]]
+        common = {"block_size": block_size, "is_symmetric": True, "accuracy_level": 4, "op_types_to_quantize": ops}
+        config = DefaultWeightOnlyQuantConfig(bits=bits, quant_axes=axes, **common)
+        quantizer = MatMulNBitsQuantizer(
+            model, bits=bits, nodes_to_exclude=positions, quant_axes=axes, algo_config=config, **common
+        )
+        quantizer.process()
+        onnx.save(quantizer.model.model, str(dst))
+        ops_left = [n.op_type for n in quantizer.model.model.graph.node]
+        return {
+            "untied": untied,
+            "matmul_nbits": ops_left.count("MatMulNBits"),
+            "gather_block_quantized": ops_left.count("GatherBlockQuantized"),
         }
 
     return transform
