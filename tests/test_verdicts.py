@@ -107,3 +107,20 @@ def test_too_few_repetitions_never_make_a_speed_difference():
 )
 def test_target_verdicts_read_the_paired_repetitions(paired, verdict):
     assert verdicts.target(paired, 1.15) == verdict
+
+
+def test_a_variant_slower_beyond_noise_at_batch_8_is_not_recommended_for_its_size():
+    rows = {
+        "fp32": row("pass", 8.0, [100, 104, 98, 101, 99]),
+        "int8": row("pass", 2.5, [60, 62, 59, 61, 60]),
+        "int4": row("pass", 1.5, [61, 60, 62, 59, 60]),  # as fast at batch 1, smaller ...
+    }
+    for name, b8 in (("fp32", [300, 310, 305, 300, 302]), ("int8", [150, 152, 149, 151, 150]), ("int4", [220] * 5)):
+        rows[name]["times_ms_b8"] = b8  # ... but 1.46x slower at batch 8
+    choice, reason = verdicts.recommend(rows)
+    assert choice == "int8" and "faster than fp32, int4 in every paired repetition (b1 or b8)" in reason
+    del rows["int8"]["times_ms_b8"]  # a row without batch-8 times: batch 1 alone decides, and size
+    assert verdicts.recommend(rows)[0] == "int4"
+    rows = {"a": row("pass", 2.0, [50] * 5), "b": row("pass", 1.0, [100] * 5)}
+    rows["a"]["times_ms_b8"], rows["b"]["times_ms_b8"] = [200] * 5, [100] * 5  # each faster at one batch
+    assert verdicts.recommend(rows)[0] == "b"  # neither beats the other: the smaller

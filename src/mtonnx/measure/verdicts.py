@@ -62,25 +62,32 @@ def target(paired: dict[str, float] | None, wanted: float) -> str:
 
 
 def recommend(
-    rows: dict[str, dict[str, Any]], baseline: str = "fp32", margin: float = SPEED_MARGIN, times: str = "times_ms_b1"
+    rows: dict[str, dict[str, Any]],
+    baseline: str = "fp32",
+    margin: float = SPEED_MARGIN,
+    times: tuple[str, ...] = ("times_ms_b1", "times_ms_b8"),
 ) -> tuple[str, str]:
-    """(variant, why) from rows holding `gate`, `size_mb`, `bleu_delta`/`bleu_delta_ci` and, under `times`, the
-    batch-1 time of each paired repetition; the rows' order is the fixed order that breaks the last ties."""
+    """(variant, why) from rows holding `gate`, `size_mb`, `bleu_delta`/`bleu_delta_ci` and, under each of `times`
+    the rows all have, the time of each paired repetition (batch 1 for latency, batch 8 for throughput). Out are
+    the variants another passing variant beats beyond noise at some batch without being beaten back at any; of the
+    rest the smallest on disk, then the first in the rows' order (the fixed order that breaks the last ties)."""
     order = list(rows)
     passing = [name for name in order if rows[name]["gate"] == "pass"]
     if not passing:
         return baseline, f"{baseline}: no variant passes the quality gate, so the baseline stays"
-    faster = {
-        name: [
-            other
-            for other in passing
-            if other != name and faster_beyond_noise(rows[other][times], rows[name][times], margin)
-        ]
+    keys = [t for t in times if all(t in rows[name] for name in passing)]
+
+    def wins(fast: str, slow: str) -> list[str]:
+        return [t for t in keys if faster_beyond_noise(rows[fast][t], rows[slow][t], margin)]
+
+    beaten_by = {
+        name: [other for other in passing if other != name and wins(other, name) and not wins(name, other)]
         for name in passing
     }
-    front = sorted((name for name in passing if not faster[name]), key=lambda n: (rows[n]["size_mb"], order.index(n)))
+    by_size = lambda names: sorted(names, key=lambda n: (rows[n]["size_mb"], order.index(n)))  # noqa: E731
+    front = by_size(name for name in passing if not beaten_by[name]) or by_size(passing)
     choice = front[0]
-    beats = [name for name in passing if choice in faster[name]]
+    beats = [name for name in passing if choice in beaten_by[name]]
     row = rows[choice]
     parts = [
         f"{choice}: passes the quality gate (BLEU delta {row['bleu_delta']:+.2f}, 95 % CI "
@@ -89,9 +96,15 @@ def recommend(
         else f"{choice}: the baseline"
     ]
     if beats:
-        parts.append(f"at least {margin:.2f}x faster than {', '.join(beats)} in every paired repetition")
-    if len(row[times]) < MIN_REPEATS:
-        parts.append(f"{len(row[times])} paired repetitions, fewer than {MIN_REPEATS}: no speed difference counts")
+        batches = " or ".join(t.removeprefix("times_ms_") for t in keys)
+        parts.append(
+            f"at least {margin:.2f}x faster than {', '.join(beats)} in every paired repetition ({batches}), "
+            "never slower beyond noise"
+        )
+    if any(len(row[t]) < MIN_REPEATS for t in keys):
+        parts.append(
+            f"{min(len(row[t]) for t in keys)} paired repetitions, fewer than {MIN_REPEATS}: no speed difference counts"
+        )
     ties = [name for name in front if name != choice]
     if ties:
         parts.append(
