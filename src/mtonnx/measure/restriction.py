@@ -15,7 +15,12 @@ from mtonnx.runtime.tokenizer import pad
 
 
 def same_tokens(
-    full: Translator, cut: Translator, sources: list[str], beams: int, max_new_tokens: int | None = None
+    full: Translator,
+    cut: Translator,
+    sources: list[str],
+    beams: int,
+    max_new_tokens: int | None = None,
+    source_prefix: str = "",
 ) -> dict[str, Any]:
     """Per sentence, the ids of both at `beams` and `max_new_tokens`: identical, different where the full
     model chose a removed row (expected), or different although it did not (the restriction changed a choice).
@@ -24,7 +29,7 @@ def same_tokens(
     kept = set(cut.output_rows.ids.tolist())
     counts = {"identical": 0, "differ_removed_row_chosen": 0, "differ_otherwise": 0}
     for source in sources:
-        ids, mask = full.tokenizer.batch([source])
+        ids, mask = full.tokenizer.batch([source], source_prefix)
         a, b = (t.generate(ids, mask, num_beams=beams, max_new_tokens=max_new_tokens)[0] for t in (full, cut))
         counts["identical" if a == b else "differ_removed_row_chosen" if set(a) - kept else "differ_otherwise"] += 1
     return {"beams": beams, "sentences": len(sources), **counts}
@@ -38,6 +43,7 @@ def restriction(
     tokens: int,
     gate_bleu: float,
     generation: dict[str, Any],
+    source_prefix: str = "",
     warmup: int = 1,
     repeats: int = 5,
     threads: int = 1,
@@ -48,15 +54,20 @@ def restriction(
     full, cut = Translator(full_dir, session=session), Translator(cut_dir, session=session)
     sources, references = [p.en for p in pairs], [p.zh for p in pairs]
     limit = generation["max_new_tokens"]
-    checks = [same_tokens(full, cut, sources, beams, limit) for beams in sorted({b for _, b in configs})]
+    beams_measured = sorted({b for _, b in configs})
+    checks = [same_tokens(full, cut, sources, beams, limit, source_prefix) for beams in beams_measured]
     hypotheses = {
         name: t.translate(
-            sources, batch_size=generation["batch_size"], num_beams=generation["num_beams"], max_new_tokens=limit
+            sources,
+            batch_size=generation["batch_size"],
+            source_prefix=source_prefix,
+            num_beams=generation["num_beams"],
+            max_new_tokens=limit,
         )
         for name, t in (("full", full), ("cut", cut))
     }
     bootstrap = quality.paired_bootstrap(hypotheses["full"], {"cut": hypotheses["cut"]}, references)["systems"]["cut"]
-    rows = [full.tokenizer.encode(s) for s in sources]
+    rows = [full.tokenizer.encode(f"{source_prefix} {s}".strip()) for s in sources]
     speed = []
     for batch, beams in configs:
         ids, mask = pad((rows * batch)[:batch], full.tokenizer.pad_token_id)
