@@ -148,24 +148,16 @@ class Engine:
 
     def corpus(self, rows: list[list[int]], beams: int, tokens: int, batch: int) -> int:
         """Translate every row at its real length (stopping at eos, at most `tokens` new tokens) in batches of at
-        most `batch`, each engine sorting by length its own way (CTranslate2: max_batch_size); returns the number
+        most `batch`, each engine sorting by length its own way (CTranslate2: max_batch_size, mtonnx: the runtime's
+        Translator.generate_sorted); returns the number
         of generated tokens without eos. mtonnx-int8 and ct2-int8 only."""
         if self.kind == "ct2":
             source = [[self.pieces[i] for i in row] for row in rows]
             out = self.model.translate_batch(source, max_batch_size=batch, beam_size=beams, max_decoding_length=tokens)
             return sum(len(r.hypotheses[0]) for r in out)
-        from mtonnx.runtime.tokenizer import pad
-
-        order, eos, generated = (
-            sorted(range(len(rows)), key=lambda i: len(rows[i])),
-            self.model.settings.eos_token_id,
-            0,
-        )
-        for start in range(0, len(order), batch):
-            ids, mask = pad([rows[i] for i in order[start : start + batch]], self.pad_id)
-            out = self.model.generate(ids, mask, num_beams=beams, max_new_tokens=tokens)
-            generated += sum(len(r) - (r[-1:] == [eos]) for r in out)
-        return generated
+        eos = self.model.settings.eos_token_id
+        out = self.model.generate_sorted(rows, batch, num_beams=beams, max_new_tokens=tokens)  # as translate() batches
+        return sum(len(r) - (r[-1:] == [eos]) for r in out)
 
     def run(self, rows: list[list[int]], beams: int, tokens: int) -> int:
         """Generate; returns the number of generated tokens (to check that lengths were really forced)."""

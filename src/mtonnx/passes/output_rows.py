@@ -10,7 +10,6 @@ runtime.output_rows).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +18,18 @@ import onnx
 from onnx import numpy_helper
 
 from mtonnx.passes.graph import consumers_and_producers
+from mtonnx.runtime.tokenizer import MarianSpmTokenizer
 
 MATMULS = ("MatMul", "MatMulInteger")
 
 
 def target_rows(model_dir: str | Path) -> list[int]:
-    """vocab.json ids of the pieces the target sentencepiece model has, plus every special token, ascending."""
-    import sentencepiece as spm
-
-    directory = Path(model_dir)
-    vocab = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
-    target = spm.SentencePieceProcessor(model_file=str(directory / "target.spm"))
-    pieces = {target.id_to_piece(i) for i in range(target.get_piece_size())}
-    config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
-    special = {config.get(k, v) for k, v in (("eos_token", "</s>"), ("unk_token", "<unk>"), ("pad_token", "<pad>"))}
-    return sorted(i for piece, i in vocab.items() if piece in pieces or piece in special)
+    """vocab.json ids of the pieces the target sentencepiece model has, plus every special token, ascending (the
+    runtime's tokenizer reads the files, as the translations will)."""
+    tokenizer = MarianSpmTokenizer(model_dir)
+    target = tokenizer.target
+    pieces = {target.id_to_piece(i) for i in range(target.get_piece_size())} | set(tokenizer.special_tokens)
+    return sorted(i for piece, i in tokenizer.encoder.items() if piece in pieces)
 
 
 def restrict(model: onnx.ModelProto, rows: list[int]) -> dict[str, Any]:

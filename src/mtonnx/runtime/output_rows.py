@@ -2,8 +2,9 @@
 decoding loop works on logits columns, so the ids it is given and the ids it returns go through this map.
 
 Why: the lm_head reads d_model x vocabulary weights every step and beam search scores every column, while the
-target sentencepiece model emits only part of a joint vocabulary (hsk-enzh: 2,499 of 4,498 rows). Columns keep
-their order, so ties break the same way and a sentence whose tokens were all kept decodes to the same ids.
+target sentencepiece model emits only part of a joint vocabulary (hsk-enzh: 2,500 of 4,498 rows, special tokens
+included). Columns keep their order, so ties break the same way and a sentence whose tokens were all kept decodes
+to the same ids.
 """
 
 from __future__ import annotations

@@ -120,6 +120,22 @@ class Translator:
         rows = self.output_rows
         return rows.vocabulary_ids(decoding.generate(rows.run(run), input_ids.shape[0], rows.settings(settings)))
 
+    def generate_sorted(
+        self, encoded: list[list[int]], batch_size: int = 8, progress=None, **options
+    ) -> list[list[int]]:
+        """Generated ids of each encoded row, in the rows' order, decoded in batches of `batch_size` rows of similar
+        length (sorted by token count: less padding); `progress` is called with each batch's size."""
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
+        out: list[list[int]] = [[] for _ in encoded]
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            ids, mask = pad([encoded[i] for i in chunk], self.tokenizer.pad_token_id)
+            for i, generated in zip(chunk, self.generate(ids, mask, **options)):
+                out[i] = generated
+            if progress:
+                progress(len(chunk))
+        return out
+
     def validate(self, batch_size: int = 8, num_beams: int | None = None, max_new_tokens: int | None = None) -> None:
         """ValueError (one line) for options this model cannot run (check_options)."""
         check_options(self.max_positions, batch_size, num_beams, max_new_tokens)
@@ -180,15 +196,7 @@ class Translator:
                 )
         flat = [piece for p in pieces for piece in p]
         encoded = [self.tokenizer.encode(f"{source_prefix} {t}".strip()) for t in flat]
-        order = sorted(range(len(flat)), key=lambda i: len(encoded[i]))
-        out: list[str] = [""] * len(flat)
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            ids, mask = pad([encoded[i] for i in chunk], self.tokenizer.pad_token_id)
-            for i, generated in zip(chunk, self.generate(ids, mask, **options)):
-                out[i] = self.tokenizer.decode(generated)
-            if progress:
-                progress(len(chunk))
+        out = [self.tokenizer.decode(ids) for ids in self.generate_sorted(encoded, batch_size, progress, **options)]
         joined, done = [], iter(out)
         for p in pieces:
             joined.append("".join(next(done) for _ in p))

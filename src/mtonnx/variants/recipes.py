@@ -6,7 +6,6 @@ an exception.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +71,7 @@ RECIPES = (
             f"int{bits}-blockwise-b{block}",
             f"MatMulNBits, {bits}-bit weights in blocks of {block}, accuracy_level 4"
             + (", embedding GatherBlockQuantized" if bits == 4 else ""),
-            functools.partial(lambda i, b, k: transforms.blockwise(b, k), b=bits, k=block),
+            lambda i, b=bits, k=block: transforms.blockwise(b, k),
         )
         for bits in (8, 4)
         for block in (32, 128)
