@@ -132,7 +132,7 @@ SCHEMA: dict[str, Any] = {
         "threads_per_worker": Field(int, 1, "CPUs and ONNX Runtime threads per actor", lo=1, hi=64),
         "batch_size": Field(int, 32, "sentences per model call, length-sorted within a block", lo=1, hi=256),
         "corpus_lines": Field(
-            int, 3000, "notebook 10: lines of the corpus built from the eval and train data", lo=1, hi=1_000_000
+            int, 6000, "notebook 10: lines of the corpus built from the eval and train data", lo=1, hi=1_000_000
         ),
     },
     "compare": {

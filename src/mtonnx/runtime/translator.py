@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from mtonnx.runtime import decoding, layout
+from mtonnx.runtime import decoding, heap, layout
 from mtonnx.runtime.decoders import CachedDecoder, NoCacheDecoder
 from mtonnx.runtime.decoding import GenerationSettings
 from mtonnx.runtime.layout import LAYOUTS
@@ -58,6 +58,7 @@ class Translator:
         loaded = {f: self._session(f, session) for f in LAYOUTS[self.layout]}
         self._check_vocab(loaded[LAYOUTS[self.layout][-1]])
         self.sessions = {f: wrap(f, s) for f, s in loaded.items()} if wrap else loaded
+        heap.hold()  # decoding steps reuse the heap instead of faulting it in again (runtime.heap)
         self.decoder = self._decoder(self.sessions)
 
     def _session(self, file: str, settings: SessionSettings) -> ort.InferenceSession:
@@ -115,10 +116,14 @@ class Translator:
         """Token ids per row (up to and including eos); options as generate(): num_beams, max_new_tokens, ..."""
         settings = self.settings.with_options(**options)
         run = self.decoder.begin(input_ids, attention_mask, expand=settings.num_beams)
-        if self.output_rows is None:
-            return decoding.generate(run, input_ids.shape[0], settings)
-        rows = self.output_rows
-        return rows.vocabulary_ids(decoding.generate(rows.run(run), input_ids.shape[0], rows.settings(settings)))
+        try:
+            if self.output_rows is None:
+                return decoding.generate(run, input_ids.shape[0], settings)
+            rows = self.output_rows
+            return rows.vocabulary_ids(decoding.generate(rows.run(run), input_ids.shape[0], rows.settings(settings)))
+        finally:
+            del run  # the cache goes before the heap is handed back
+            heap.release()
 
     def generate_sorted(
         self, encoded: list[list[int]], batch_size: int = 8, progress=None, **options

@@ -1,0 +1,47 @@
+"""Keep glibc's heap through a generation instead of handing it back to the kernel after every decoding step.
+
+Every step frees the last step's outputs (logits, the self-attention values: tens of MB at batch 32 x beam 4) and
+allocates the next ones. With glibc's defaults the freed top of the heap goes back to the kernel (the trim
+threshold is twice the largest freed mmapped block: a few MB) and the next step faults every page in again:
+on hsk-enzh int8, 600 sentences at batch 32 beam 4 took ~100,000 minor page faults and 10-15 % more wall time.
+`hold()` (once per process) raises the trim threshold, fixing the mmap threshold at glibc's own dynamic ceiling,
+and `release()` (malloc_trim, after every `Translator.generate`) gives the memory back, so RSS between calls does
+not grow; measured on hsk-enzh and opus-shape at b1/b8, beam 1/4, it costs no time (0.92-1.00x).
+Hand-written because no library does this: two libc calls through ctypes. Not glibc (macOS, Windows, musl): no-op.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import platform
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
+TRIM_THRESHOLD = 1 << 30  # free memory the heap may keep during a generation: above any step's working set
+MMAP_THRESHOLD = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: where its dynamic threshold stops
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL | None:
+    """glibc, or None where malloc is not glibc's."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def hold() -> bool:
+    """Stop glibc trimming the heap between decoding steps (once per process); True where it applied."""
+    libc = _libc()
+    return bool(libc and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+
+
+def release() -> None:
+    """Give the heap's free memory back to the kernel (after a generation; every arena, every free page)."""
+    if hold():
+        _libc().malloc_trim(0)
