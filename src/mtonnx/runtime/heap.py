@@ -38,7 +38,9 @@ def _libc() -> ctypes.CDLL | None:
 def hold() -> bool:
     """Stop glibc trimming the heap between decoding steps (once per process); True where it applied."""
     libc = _libc()
-    return bool(libc and libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    if libc is None:
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
 def release() -> None:
