@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 from mtonnx import data
-from mtonnx.measure import benchmark
+from mtonnx.measure import benchmark, restriction, step_bytes
 from mtonnx.measure.restriction import same_tokens
 from mtonnx.passes.output_rows import restrict, target_rows
 from mtonnx.runtime import Translator, layout
@@ -64,10 +64,14 @@ def test_greedy_ids_are_identical_wherever_only_kept_rows_were_chosen(variants):
 
 def test_bytes_per_token_count_the_kept_rows(variants, tiny_dir):
     full, cut = variants
-    d_model = json.loads((tiny_dir / "config.json").read_text())["d_model"]
+    config = json.loads((tiny_dir / "config.json").read_text())
     before, after = benchmark.bytes_per_token(full), benchmark.bytes_per_token(cut)
     kept = len(json.loads((cut / layout.OUTPUT_ROWS).read_text()))
-    assert before["decoder_weights"] == after["decoder_weights"] and after["lm_head_weights"] == kept * d_model
+    assert before["decoder_weights"] == after["decoder_weights"]
+    assert after["lm_head_weights"] == kept * config["d_model"]
+    # measured from the step files: each removed row took its int8 weights (a byte per d_model) and its fp32 bias
+    removed = config["vocab_size"] - kept
+    assert step_bytes.step_bytes(full) - step_bytes.step_bytes(cut) == removed * (config["d_model"] + 4)
 
 
 @pytest.mark.parametrize(
@@ -92,3 +96,17 @@ def test_a_tied_lm_head_is_refused(dynamo_export):
     model = onnx.load(str(dynamo_export / layout.DECODER_WITH_PAST))
     with pytest.raises(ValueError, match="untie"):
         restrict(model, [0, 1, 2])
+
+
+def test_restriction_sizes_keep_the_target_rows_and_as_many_more_as_asked(variants, tmp_path):
+    full, _ = variants
+    target, vocab = target_rows(full), Translator(full).tokenizer.vocab_size
+    small, large = len(target) + 5, vocab - 3
+    tokens = Translator(full).tokenizer.encode("Hello.")
+    swept = restriction.sizes(full, tmp_path, [1, small, large, vocab + 10], [tokens], [(1, 1), (2, 4)], 3, 0, 1)
+    assert [r["rows"] for r in swept] == [large, small]  # only sizes between the target rows and the vocabulary
+    for r in swept:
+        kept = json.loads((tmp_path / f"rows-{r['rows']}" / layout.OUTPUT_ROWS).read_text())
+        assert len(kept) == r["rows"] and set(target) <= set(kept)
+        assert [(s["batch"], s["beams"]) for s in r["speed"]] == [(1, 1), (2, 4)]
+    assert swept[0]["step_mb"] > swept[1]["step_mb"]

@@ -10,7 +10,7 @@ import pytest
 from onnx import numpy_helper
 
 from mtonnx import data
-from mtonnx.measure import variants, verdicts
+from mtonnx.measure import step_bytes, variants, verdicts
 from mtonnx.measure.variants import VariantBench, compare
 from mtonnx.passes.lm_head import lm_head_report
 from mtonnx.runtime import Translator, layout
@@ -149,6 +149,11 @@ def test_blockwise_variants_quantize_every_weight_matmul_and_rows_never_share_a_
         plain = [n for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
         assert details["matmul_nbits"] > 0 and not plain, name  # no weight MatMul left in fp32, the lm_head included
         assert details["gather_block_quantized"] == (1 if name.startswith("int4") else 0), name
+    # what a step reads, from the files: 4-bit blocks under 8-bit blocks under dynamic int8 plus its 32-weight scales
+    size = {name: step_bytes.step_bytes(tmp_path / name) for name in built}
+    assert size["int4-blockwise-b32"] < 0.65 * size["int8-blockwise-b32"]
+    assert size["int8"] < size["int8-blockwise-b32"] < 1.2 * size["int8"]
+    assert step_bytes.step_bytes(hand_export) > 3.5 * size["int8"]  # fp32: four bytes a weight
     # dynamic int8 quantizes a batch's activations with one scale; MatMulNBits per block of each row: a sentence's
     # tokens do not depend on what it is batched with
     blockwise = Translator(tmp_path / "int8-blockwise-b32")

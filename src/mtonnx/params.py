@@ -88,6 +88,14 @@ SCHEMA: dict[str, Any] = {
         "beams": Field(list, [1, 4], "beam sizes in the peer benchmark", items=int, lo=1, hi=16),
         "threads": Field(list, [1, 2], "thread counts in the peer benchmark", items=int, lo=1, hi=64),
         "tokens": Field(list, [32, 128], "forced output lengths in the peer benchmark", items=int, lo=1, hi=512),
+        "restriction_sizes": Field(
+            list,
+            [32000, 16000, 8000],
+            "output rows in the restriction sweep (only sizes between the target side's rows and the vocabulary)",
+            items=int,
+            lo=1,
+            hi=10_000_000,
+        ),
     },
     "quant": {
         "gate_bleu": Field(

@@ -15,7 +15,7 @@ import numpy as np
 
 from mtonnx import data
 from mtonnx.measure import ablation as ablations
-from mtonnx.measure import peers, restriction, verdicts
+from mtonnx.measure import peers, restriction, step_bytes, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
 from mtonnx.report.artifacts import write_json
 from mtonnx.runtime import MarianSpmTokenizer
@@ -104,6 +104,18 @@ def run_benchmark(
         warmup=b["warmup"],
         repeats=b["repeats"],
     )
+    counts = b["restriction_sizes"]
+    log(f"restrictions to {counts} rows (those between the target side's rows and the vocabulary) ...")
+    sized = restriction.sizes(
+        paths.int8_tuned,
+        Path(run_dir) / "restriction-sizes",
+        counts,
+        rows,
+        list(itertools.product(b["batches"], b["beams"])),
+        tokens=headline_tokens(b["tokens"]),
+        warmup=b["warmup"],
+        repeats=b["repeats"],
+    )
     log("memory after load and after one generation at the largest config, one fresh process per engine ...")
     rss = peers.rss_after_load(engines, paths)
     largest = ((rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
@@ -115,11 +127,9 @@ def run_benchmark(
         "rss_after_run_mb": rss_run,
         "memory_ablation": ablations.memory_ablation(tuned),
         "restricted": restricted,
+        "restriction_sizes": sized,
         "corpus": corpus,
-        "bytes_per_token_int8": {
-            name: bytes_per_token(directory)["weights_per_token"]
-            for name, directory in (("int8-tuned", paths.int8_tuned), (RESTRICTED, cut))
-        },
+        "step_bytes": step_bytes.per_variant(Path(paths.int8_tuned).parent),  # every variant of the run
         "skipped": skipped,
         "bytes_per_token": bytes_per_token(model_dir),
         "bandwidth_gbs": memory_bandwidth_gbs(),
@@ -318,6 +328,18 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
             for r in result["ablation"]
         ],
         "memory_ablation": {r["step"]: r["rss_mb"] for r in result["memory_ablation"]},
-        "bytes_per_token": result["bytes_per_token_int8"],
+        "bytes_per_token": result["step_bytes"],
         "restricted": result["restricted"],
+        "restricted_rows": {
+            str(r["rows"]): {
+                "step_mb": r["step_mb"],
+                **{
+                    f"speedup_b{s['batch']}" + (f"_beam{s['beams']}" if s["beams"] > 1 else ""): (
+                        s["speedup_per_repetition"] or {}
+                    ).get("median")
+                    for s in r["speed"]
+                },
+            }
+            for r in result.get("restriction_sizes", [])
+        },
     }

@@ -99,3 +99,62 @@ def restriction(
         "identical_translations": bootstrap["identical"],
         "speed": speed,
     }
+
+
+def rows_up_to(target: list[int], vocab: int, count: int) -> list[int]:
+    """`target` (ascending ids) and then the lowest other ids, `count` rows in all: a restriction of that size for
+    timing only (which extra rows are kept does not change the time, only which tokens are reachable)."""
+    kept = set(target)
+    extra = [i for i in range(vocab) if i not in kept][: max(0, count - len(kept))]
+    return sorted(kept | set(extra))
+
+
+def sizes(
+    full_dir: str | Path,
+    out_dir: str | Path,
+    counts: list[int],
+    rows: list[list[int]],
+    configs: list[tuple[int, int]],
+    tokens: int,
+    warmup: int = 1,
+    repeats: int = 5,
+    threads: int = 1,
+) -> list[dict[str, Any]]:
+    """Speed against the rows kept: `full_dir` restricted to each of `counts` rows (rows_up_to; only counts between
+    the target side's rows and the vocabulary) into `out_dir`/rows-<count>, every size and the full model timed
+    in turn at each (batch, beams) with `tokens` forced on `rows` (encoded sentences). One row per count."""
+    from mtonnx.measure.step_bytes import step_bytes
+    from mtonnx.passes.output_rows import target_rows
+    from mtonnx.variants.restricted import build_restricted
+
+    session = SessionSettings(threads=threads)
+    full = Translator(full_dir, session=session)
+    target, vocab = target_rows(full_dir), full.tokenizer.vocab_size
+    dirs = {}
+    for count in sorted({c for c in counts if len(target) < c < vocab}, reverse=True):
+        dirs[count] = Path(out_dir) / f"rows-{count}"
+        build_restricted(full_dir, dirs[count], rows_up_to(target, vocab, count))
+    if not dirs:
+        return []
+    models = {"full": full, **{count: Translator(d, session=session) for count, d in dirs.items()}}
+    out = {count: {"rows": count, "step_mb": round(step_bytes(d) / 2**20, 2), "speed": []} for count, d in dirs.items()}
+    for batch, beams in configs:
+        ids, mask = pad((rows * batch)[:batch], full.tokenizer.pad_token_id)
+        options = {"num_beams": beams, "max_new_tokens": tokens, "min_length": tokens + 1}
+        timed = interleaved(
+            {name: functools.partial(t.generate, ids, mask, **options) for name, t in models.items()},
+            max(warmup, 1),
+            repeats,
+        )
+        for count in dirs:
+            out[count]["speed"].append(
+                {
+                    "batch": batch,
+                    "beams": beams,
+                    "ms": timed[count]["median_ms"],
+                    "full_ms": timed["full"]["median_ms"],
+                    "speedup_per_repetition": paired_ratio(timed["full"]["times_ms"], timed[count]["times_ms"]),
+                    "faster": verdicts.faster_beyond_noise(timed[count]["times_ms"], timed["full"]["times_ms"]),
+                }
+            )
+    return list(out.values())
