@@ -103,7 +103,7 @@ def test_restriction_sizes_keep_the_target_rows_and_as_many_more_as_asked(varian
     target, vocab = target_rows(full), Translator(full).tokenizer.vocab_size
     small, large = len(target) + 5, vocab - 3
     tokens = Translator(full).tokenizer.encode("Hello.")
-    swept = restriction.sizes(full, tmp_path, [1, small, large, vocab + 10], [tokens], [(1, 1), (2, 4)], 3, 0, 1)
+    swept = restriction.sizes(full, [1, small, large, vocab + 10], tmp_path, [tokens], 3, [(1, 1), (2, 4)], 0, 1)
     assert [r["rows"] for r in swept] == [large, small]  # only sizes between the target rows and the vocabulary
     for r in swept:
         kept = json.loads((tmp_path / f"rows-{r['rows']}" / layout.OUTPUT_ROWS).read_text())

@@ -108,11 +108,11 @@ def run_benchmark(
     log(f"restrictions to {counts} rows (those between the target side's rows and the vocabulary) ...")
     sized = restriction.sizes(
         paths.int8_tuned,
-        Path(run_dir) / "restriction-sizes",
         counts,
+        Path(run_dir) / "restriction-sizes",
         rows,
+        headline_tokens(b["tokens"]),
         list(itertools.product(b["batches"], b["beams"])),
-        tokens=headline_tokens(b["tokens"]),
         warmup=b["warmup"],
         repeats=b["repeats"],
     )

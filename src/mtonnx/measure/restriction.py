@@ -111,23 +111,22 @@ def rows_up_to(target: list[int], vocab: int, count: int) -> list[int]:
 
 def sizes(
     full_dir: str | Path,
-    out_dir: str | Path,
     counts: list[int],
+    out_dir: str | Path,
     rows: list[list[int]],
-    configs: list[tuple[int, int]],
     tokens: int,
+    configs: list[tuple[int, int]],
     warmup: int = 1,
     repeats: int = 5,
-    threads: int = 1,
 ) -> list[dict[str, Any]]:
     """Speed against the rows kept: `full_dir` restricted to each of `counts` rows (rows_up_to; only counts between
     the target side's rows and the vocabulary) into `out_dir`/rows-<count>, every size and the full model timed
-    in turn at each (batch, beams) with `tokens` forced on `rows` (encoded sentences). One row per count."""
+    in turn (1 thread) at each (batch, beams) with `tokens` forced on `rows` (encoded sentences). One row per count."""
     from mtonnx.measure.step_bytes import step_bytes
     from mtonnx.passes.output_rows import target_rows
     from mtonnx.variants.restricted import build_restricted
 
-    session = SessionSettings(threads=threads)
+    session = SessionSettings(threads=1)
     full = Translator(full_dir, session=session)
     target, vocab = target_rows(full_dir), full.tokenizer.vocab_size
     dirs = {}
