@@ -63,5 +63,8 @@ def test_sessions_allocate_from_the_held_heap_and_generate_hands_it_back(hand_ex
     monkeypatch.setattr(heap, "release", lambda: released.append(1))
     translator = Translator(hand_export)
     translator.translate(["Hello.", "How are you?", "Tea is hot."], batch_size=2, num_beams=2, max_new_tokens=4)
-    assert len(released) == 2  # once per model call (two batches), after its cache is gone
+    assert len(released) == 1  # once per call, not between its two batches (they reuse the heap)
+    ids, mask = translator.tokenizer.batch(["Hello."])
+    translator.generate(ids, mask, max_new_tokens=4)
+    assert len(released) == 2
     assert heap.hold()

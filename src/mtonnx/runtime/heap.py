@@ -5,8 +5,10 @@ allocates the next ones. With glibc's defaults the freed top of the heap goes ba
 threshold is twice the largest freed mmapped block: a few MB) and the next step faults every page in again:
 on hsk-enzh int8, 600 sentences at batch 32 beam 4 took ~100,000 minor page faults and 10-15 % more wall time.
 `hold()` (once per process) raises the trim threshold, fixing the mmap threshold at glibc's own dynamic ceiling,
-and `release()` (malloc_trim, after every `Translator.generate`) gives the memory back, so RSS between calls does
-not grow; measured on hsk-enzh and opus-shape at b1/b8, beam 1/4, it costs no time (0.92-1.00x).
+and `release()` (malloc_trim after every `Translator.generate` or `translate` call, not between the batches of
+one, once more than RELEASE_ABOVE lies free) gives the
+memory back, so RSS between calls does not grow (opus-shape, b8 beam 4: 158 MB after a generation). Trimming after
+every call, short ones included, made one-sentence calls ~12 % slower: their pages were faulted in again each time.
 Hand-written because no library does this: two libc calls through ctypes. Not glibc (macOS, Windows, musl): no-op.
 """
 
@@ -20,6 +22,7 @@ import platform
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 TRIM_THRESHOLD = 1 << 30  # free memory the heap may keep during a generation: above any step's working set
 MMAP_THRESHOLD = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: where its dynamic threshold stops
+RELEASE_ABOVE = 16 << 20  # free heap kept after a generation: a short call's working set (trimming it cost ~12 %)
 
 
 @functools.lru_cache(maxsize=1)
@@ -43,7 +46,24 @@ def hold() -> bool:
     return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
+    ] + [("keepcost", ctypes.c_size_t)]
+
+
+def free_bytes() -> int | None:
+    """Bytes free inside glibc's heap, every arena (mallinfo2, glibc 2.33+); None where it cannot tell."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return None
+    libc.mallinfo2.restype = _Mallinfo2
+    return libc.mallinfo2().fordblks
+
+
 def release() -> None:
-    """Give the heap's free memory back to the kernel (after a generation; every arena, every free page)."""
-    if hold():
+    """Give the heap's free memory back to the kernel after a generation (every arena, every free page), once more
+    than RELEASE_ABOVE lies free: a short call's few MB stay, or the next call would fault them in again."""
+    if hold() and (free_bytes() or RELEASE_ABOVE + 1) > RELEASE_ABOVE:
         _libc().malloc_trim(0)

@@ -113,32 +113,39 @@ class Translator:
             )
 
     def generate(self, input_ids: np.ndarray, attention_mask: np.ndarray, **options) -> list[list[int]]:
-        """Token ids per row (up to and including eos); options as generate(): num_beams, max_new_tokens, ..."""
+        """Token ids per row (up to and including eos); options as generate(): num_beams, max_new_tokens, ...
+        The heap is handed back after the call (runtime.heap)."""
+        try:
+            return self._generate(input_ids, attention_mask, **options)
+        finally:
+            heap.release()
+
+    def _generate(self, input_ids: np.ndarray, attention_mask: np.ndarray, **options) -> list[list[int]]:
         settings = self.settings.with_options(**options)
         run = self.decoder.begin(input_ids, attention_mask, expand=settings.num_beams)
-        try:
-            if self.output_rows is None:
-                return decoding.generate(run, input_ids.shape[0], settings)
-            rows = self.output_rows
-            return rows.vocabulary_ids(decoding.generate(rows.run(run), input_ids.shape[0], rows.settings(settings)))
-        finally:
-            del run  # the cache goes before the heap is handed back
-            heap.release()
+        if self.output_rows is None:
+            return decoding.generate(run, input_ids.shape[0], settings)
+        rows = self.output_rows
+        return rows.vocabulary_ids(decoding.generate(rows.run(run), input_ids.shape[0], rows.settings(settings)))
 
     def generate_sorted(
         self, encoded: list[list[int]], batch_size: int = 8, progress=None, **options
     ) -> list[list[int]]:
         """Generated ids of each encoded row, in the rows' order, decoded in batches of `batch_size` rows of similar
-        length (sorted by token count: less padding); `progress` is called with each batch's size."""
+        length (sorted by token count: less padding); `progress` is called with each batch's size. The heap is
+        handed back once, after the last batch: between batches it is reused (runtime.heap)."""
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
         out: list[list[int]] = [[] for _ in encoded]
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            ids, mask = pad([encoded[i] for i in chunk], self.tokenizer.pad_token_id)
-            for i, generated in zip(chunk, self.generate(ids, mask, **options)):
-                out[i] = generated
-            if progress:
-                progress(len(chunk))
+        try:
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                ids, mask = pad([encoded[i] for i in chunk], self.tokenizer.pad_token_id)
+                for i, generated in zip(chunk, self._generate(ids, mask, **options)):
+                    out[i] = generated
+                if progress:
+                    progress(len(chunk))
+        finally:
+            heap.release()
         return out
 
     def validate(self, batch_size: int = 8, num_beams: int | None = None, max_new_tokens: int | None = None) -> None:
