@@ -9,9 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.measure import quality, verdicts
+from mtonnx.measure.step_bytes import step_bytes
 from mtonnx.measure.timing import interleaved, paired_ratio
+from mtonnx.passes.output_rows import target_rows
 from mtonnx.runtime import SessionSettings, Translator
 from mtonnx.runtime.tokenizer import pad
+from mtonnx.variants.restricted import build_restricted
 
 
 def same_tokens(
@@ -68,26 +71,10 @@ def restriction(
     }
     bootstrap = quality.paired_bootstrap(hypotheses["full"], {"cut": hypotheses["cut"]}, references)["systems"]["cut"]
     rows = [full.tokenizer.encode(f"{source_prefix} {s}".strip()) for s in sources]
-    speed = []
-    for batch, beams in configs:
-        ids, mask = pad((rows * batch)[:batch], full.tokenizer.pad_token_id)
-        options = {"num_beams": beams, "max_new_tokens": tokens, "min_length": tokens + 1}
-        timed = interleaved(
-            {name: functools.partial(t.generate, ids, mask, **options) for name, t in (("full", full), ("cut", cut))},
-            max(warmup, 1),
-            repeats,
-        )
-        paired = paired_ratio(timed["full"]["times_ms"], timed["cut"]["times_ms"])
-        speed.append(
-            {
-                "batch": batch,
-                "beams": beams,
-                "full_ms": timed["full"]["median_ms"],
-                "restricted_ms": timed["cut"]["median_ms"],
-                "speedup_per_repetition": paired,
-                "faster": verdicts.faster_beyond_noise(timed["cut"]["times_ms"], timed["full"]["times_ms"]),
-            }
-        )
+    speed = [
+        {**{k: v for k, v in r.items() if k != "ms"}, "restricted_ms": r["ms"]}
+        for r in against_full(full, {"cut": cut}, rows, configs, tokens, warmup, repeats)["cut"]
+    ]
     return {
         "vocab": full.tokenizer.vocab_size,
         "rows_kept": len(cut.output_rows),
@@ -122,10 +109,6 @@ def sizes(
     """Speed against the rows kept: `full_dir` restricted to each of `counts` rows (rows_up_to; only counts between
     the target side's rows and the vocabulary) into `out_dir`/rows-<count>, every size and the full model timed
     in turn (1 thread) at each (batch, beams) with `tokens` forced on `rows` (encoded sentences). One row per count."""
-    from mtonnx.measure.step_bytes import step_bytes
-    from mtonnx.passes.output_rows import target_rows
-    from mtonnx.variants.restricted import build_restricted
-
     session = SessionSettings(threads=1)
     full = Translator(full_dir, session=session)
     target, vocab = target_rows(full_dir), full.tokenizer.vocab_size
@@ -133,27 +116,42 @@ def sizes(
     for count in sorted({c for c in counts if len(target) < c < vocab}, reverse=True):
         dirs[count] = Path(out_dir) / f"rows-{count}"
         build_restricted(full_dir, dirs[count], rows_up_to(target, vocab, count))
-    if not dirs:
-        return []
-    models = {"full": full, **{count: Translator(d, session=session) for count, d in dirs.items()}}
-    out = {count: {"rows": count, "step_mb": round(step_bytes(d) / 2**20, 2), "speed": []} for count, d in dirs.items()}
+    cuts = {count: Translator(d, session=session) for count, d in dirs.items()}
+    speed = against_full(full, cuts, rows, configs, tokens, warmup, repeats) if cuts else {}
+    return [{"rows": c, "step_mb": round(step_bytes(d) / 2**20, 2), "speed": speed[c]} for c, d in dirs.items()]
+
+
+def against_full(
+    full: Translator,
+    others: dict[Any, Translator],
+    rows: list[list[int]],
+    configs: list[tuple[int, int]],
+    tokens: int,
+    warmup: int,
+    repeats: int,
+) -> dict[Any, list[dict[str, Any]]]:
+    """Per other model, per (batch, beams): its median ms and the full model's, timed in turn with `tokens` forced
+    on `rows`, the paired speedup (full / other, repetition by repetition) and whether it is faster beyond noise."""
+    out: dict[Any, list[dict[str, Any]]] = {name: [] for name in others}
     for batch, beams in configs:
         ids, mask = pad((rows * batch)[:batch], full.tokenizer.pad_token_id)
         options = {"num_beams": beams, "max_new_tokens": tokens, "min_length": tokens + 1}
+        models = {"full": full, **{("other", name): t for name, t in others.items()}}
         timed = interleaved(
-            {name: functools.partial(t.generate, ids, mask, **options) for name, t in models.items()},
+            {key: functools.partial(t.generate, ids, mask, **options) for key, t in models.items()},
             max(warmup, 1),
             repeats,
         )
-        for count in dirs:
-            out[count]["speed"].append(
+        for name in others:
+            mine, base = timed[("other", name)], timed["full"]
+            out[name].append(
                 {
                     "batch": batch,
                     "beams": beams,
-                    "ms": timed[count]["median_ms"],
-                    "full_ms": timed["full"]["median_ms"],
-                    "speedup_per_repetition": paired_ratio(timed["full"]["times_ms"], timed[count]["times_ms"]),
-                    "faster": verdicts.faster_beyond_noise(timed[count]["times_ms"], timed["full"]["times_ms"]),
+                    "ms": mine["median_ms"],
+                    "full_ms": base["median_ms"],
+                    "speedup_per_repetition": paired_ratio(base["times_ms"], mine["times_ms"]),
+                    "faster": verdicts.faster_beyond_noise(mine["times_ms"], base["times_ms"]),
                 }
             )
-    return list(out.values())
+    return out

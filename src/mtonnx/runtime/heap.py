@@ -6,9 +6,9 @@ threshold is twice the largest freed mmapped block: a few MB) and the next step 
 on hsk-enzh int8, 600 sentences at batch 32 beam 4 took ~100,000 minor page faults and 10-15 % more wall time.
 `hold()` (once per process) raises the trim threshold, fixing the mmap threshold at glibc's own dynamic ceiling,
 and `release()` (malloc_trim after every `Translator.generate` or `translate` call, not between the batches of
-one, once more than RELEASE_ABOVE lies free) gives the
-memory back, so RSS between calls does not grow (opus-shape, b8 beam 4: 158 MB after a generation). Trimming after
-every call, short ones included, made one-sentence calls ~12 % slower: their pages were faulted in again each time.
+one, once more than RELEASE_ABOVE lies free) gives the memory back, so RSS between calls does not grow
+(opus-shape, b8 beam 4: 158 MB after a generation). Trimming after every call, short ones included, made
+one-sentence calls ~12 % slower: their pages were faulted in again each time.
 Hand-written because no library does this: two libc calls through ctypes. Not glibc (macOS, Windows, musl): no-op.
 """
 
@@ -25,6 +25,15 @@ MMAP_THRESHOLD = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit: where
 RELEASE_ABOVE = 16 << 20  # free heap kept after a generation: a short call's working set (trimming it cost ~12 %)
 
 
+class _Mallinfo2(ctypes.Structure):
+    """glibc's struct mallinfo2: ten size_t counters; `fordblks` is the free space inside the heap."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+    ]
+
+
 @functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL | None:
     """glibc, or None where malloc is not glibc's."""
@@ -32,9 +41,13 @@ def _libc() -> ctypes.CDLL | None:
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
     except OSError:
         return None
+    if not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
+        return None
+    if hasattr(libc, "mallinfo2"):
+        libc.mallinfo2.restype = _Mallinfo2
+    return libc
 
 
 @functools.lru_cache(maxsize=1)
@@ -46,24 +59,17 @@ def hold() -> bool:
     return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
 
 
-class _Mallinfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks")
-    ] + [("keepcost", ctypes.c_size_t)]
-
-
 def free_bytes() -> int | None:
     """Bytes free inside glibc's heap, every arena (mallinfo2, glibc 2.33+); None where it cannot tell."""
     libc = _libc()
-    if libc is None or not hasattr(libc, "mallinfo2"):
-        return None
-    libc.mallinfo2.restype = _Mallinfo2
-    return libc.mallinfo2().fordblks
+    return libc.mallinfo2().fordblks if libc is not None and hasattr(libc, "mallinfo2") else None
 
 
 def release() -> None:
     """Give the heap's free memory back to the kernel after a generation (every arena, every free page), once more
     than RELEASE_ABOVE lies free: a short call's few MB stay, or the next call would fault them in again."""
-    if hold() and (free_bytes() or RELEASE_ABOVE + 1) > RELEASE_ABOVE:
+    if not hold():
+        return
+    free = free_bytes()
+    if free is None or free > RELEASE_ABOVE:  # without mallinfo2, always trim
         _libc().malloc_trim(0)
