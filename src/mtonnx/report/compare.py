@@ -4,13 +4,15 @@ Every metric of the two metrics.json files is classified:
 - quality and parity (token matches, BLEU/chrF and their deltas, gate outcomes, token-id hashes, doctor failures,
   pitfalls reproduced): any change is reported; a drop is a regression (a changed token-id hash too: the same
   code should translate the same way);
-- speed: where both runs recorded per-repetition times, a change counts only beyond both runs' spread (B's
-  fastest repetition slower than A's slowest by `speed_margin`, or the reverse for an improvement), and, where
-  the timing was measured beside at least MIN_GROUP others (one benchmark configuration, one quantization
-  timing), also relative to them: each repetition divided by the median of the group's same repetition, which
-  ran a second apart. A machine busy for a moment slows a whole repetition (every engine 2x in one CI run) and
-  is not a regression; one engine 3x slower is. Otherwise it is "within noise"; single timings are listed, never
-  judged;
+- speed: where the timing was measured beside at least MIN_GROUP others (one benchmark configuration, one
+  quantization timing), a change counts when it lies beyond both runs' spread relative to them (each repetition
+  divided by the median of the group's same repetition, which ran a second apart: B's fastest slower than A's
+  slowest by `speed_margin`, or the reverse for an improvement) and the medians in ms moved the same way by
+  `speed_margin`. A machine busy for a moment slows a whole repetition (every engine 2x in one CI run): that
+  cancels out of the relative repetitions, so it is not a regression, and it does not hide one either (a
+  repetition that ran 1.8x faster for every variant made a 3x slower timing read "within noise" when the rule
+  was the spread in ms). Timings without such a group count only beyond both runs' spread in ms. Otherwise a
+  change is "within noise"; single timings are listed, never judged;
 - size and memory: beyond `size_threshold` (relative) is a regression;
 - everything else is listed as changed.
 Plus the params and environment differences, the translations that changed per variant, and whether the two
@@ -237,13 +239,12 @@ def _speed(a: dict[str, Any], b: dict[str, Any], t: Thresholds) -> list[dict[str
     out = []
     for key in sorted(keys):
         ta, tb = series_a[key][1], series_b[key][1]
-        verdict = _beyond(ta, tb, t.speed_margin)
-        if (
-            key in relative_a
-            and key in relative_b
-            and _beyond(relative_a[key], relative_b[key], t.speed_margin) != verdict
-        ):
-            verdict = "within noise"
+        if key in relative_a and key in relative_b:
+            verdict = _beyond(relative_a[key], relative_b[key], t.speed_margin)
+            if _beyond([float(np.median(ta))], [float(np.median(tb))], t.speed_margin) != verdict:
+                verdict = "within noise"
+        else:
+            verdict = _beyond(ta, tb, t.speed_margin)
         out.append(
             {
                 "kind": "speed",
