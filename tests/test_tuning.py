@@ -83,6 +83,62 @@ def test_every_tuning_step_keeps_the_tokens_on_tiny(tuned, beams):
         assert after == before, plain
 
 
+class CountedRun:
+    """A decoding.Run that records how many rows each step fed."""
+
+    def __init__(self, run):
+        self.run, self.rows = run, []
+
+    @property
+    def narrow_first(self) -> bool:
+        return getattr(self.run, "narrow_first", False)
+
+    def step(self, tokens):
+        self.rows.append(len(tokens))
+        return self.run.step(tokens)
+
+    def reorder(self, rows):
+        self.run.reorder(rows)
+
+
+def retired_and_full(translator: Translator, sources: list[str], beams: int, max_new_tokens: int = 24):
+    """(ids, rows fed per step) decoded with and without retiring done sentences."""
+    from mtonnx.runtime import decoding
+
+    ids, mask = translator.tokenizer.batch(sources)
+    out = []
+    for retire in (True, False):
+        settings = translator.settings.with_options(
+            num_beams=beams, max_new_tokens=max_new_tokens, retire_finished=retire
+        )
+        run = CountedRun(translator.decoder.begin(ids, mask, expand=beams))
+        out.append((decoding.generate(run, len(ids), settings), run.rows))
+    return out
+
+
+def assert_retired(retired, full, label):
+    """The same tokens, the same number of steps, fewer rows fed once sentences are done."""
+    (ids, rows), (full_ids, full_rows) = retired, full
+    assert ids == full_ids, label
+    assert len(rows) == len(full_rows) and len(set(full_rows[1:])) == 1, label
+    assert rows[-1] < full_rows[-1] and sum(rows) < 0.9 * sum(full_rows), (label, sum(rows), sum(full_rows))
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_retiring_done_sentences_keeps_every_token_on_tiny(tuned, beams):
+    """Every layout (split files, lean with per-sentence cross K/V, tuned time-major keys) gives each sentence the
+    tokens it gets when every row is decoded to the end; greedy rows leave once they hit eos (the random tiny
+    model's beams rarely settle before the limit: the trained model's test below shrinks beam batches)."""
+    sources = [p.en for p in data.eval_set(EVAL)]
+    for directory, decoder in ((tuned["fp32"], "auto"), (tuned["fp32-tuned"], "lean"), (tuned["fp32-tuned"], "tuned")):
+        retired, full = retired_and_full(Translator(directory, decoder=decoder), sources, beams)
+        assert len({len(t) for t in full[0]}) >= 2  # sentences end at different steps
+        if beams == 1:
+            assert_retired(retired, full, decoder)
+        else:
+            assert retired[0] == full[0], decoder
+
+
 def test_tuned_step_gives_bit_identical_logits_and_the_same_beams_past_the_buffer(tuned):
     """decoder_with_past_tuned.onnx against decoder_with_past_model.onnx step by step, with 2 beams per sentence
     taking different tokens (keys fed time-major, cross K/V once per sentence), then whole decodes longer than
@@ -156,6 +212,9 @@ def test_every_tuning_step_keeps_the_tokens_on_the_trained_model(tmp_path_factor
             before = Translator(plain, session=UNTUNED).translate(sources, num_beams=beams, screen_candidates=False)
             after = Translator(tuned[tuned_key], session=TUNED[tuned_key]).translate(sources, num_beams=beams)
             assert after == before, (beams, tuned_key)
+    for decoder in ("lean", "tuned"):  # beam 4 batches shrink as sentences settle, every token kept
+        retired, full = retired_and_full(Translator(tuned["fp32-tuned"], decoder=decoder), sources[:16], 4, 48)
+        assert_retired(retired, full, decoder)
 
 
 def test_ablation_reports_every_step_for_every_config(tuned):

@@ -58,8 +58,12 @@ class KVCache:
         self.self_keys = [k[rows] for k in self.self_keys]
         self.self_values = [v[rows] for v in self.self_values]
         if cross:
-            self.cross_keys = [k[rows] for k in self.cross_keys]
-            self.cross_values = [v[rows] for v in self.cross_values]
+            self.select_cross(rows)
+
+    def select_cross(self, rows: np.ndarray) -> None:
+        """Keep rows `rows` of every cross tensor (per sentence when shared: the sentences that go on)."""
+        self.cross_keys = [k[rows] for k in self.cross_keys]
+        self.cross_values = [v[rows] for v in self.cross_values]
 
 
 def reorder_rows(tensors: list[np.ndarray], rows: np.ndarray, moved: np.ndarray) -> list[np.ndarray]:
@@ -93,7 +97,7 @@ class TimeMajorKeys:
         self.length += 1
 
     def widen(self, source: np.ndarray) -> None:
-        """Row i becomes a copy of row source[i] (one row per sentence -> one per beam)."""
+        """Row i becomes a copy of row source[i] (one row per sentence -> one per beam, or retired rows leave)."""
         widened = [np.empty((len(b), len(source), *b.shape[2:]), np.float32) for b in self.buffers]
         for new, old in zip(widened, self.buffers):
             new[: self.length] = old[: self.length, source]

@@ -105,13 +105,15 @@ class CachedRun:
 
     def reorder(self, rows: np.ndarray) -> None:
         """Row i continues row rows[i] (beam search). Beams only move within their sentence, whose rows share
-        one source: cross K/V need no reorder."""
+        one source: cross K/V need no reorder. Fewer rows than held: retired sentences leave (decoding.Run)."""
         if self.widen > 1:  # the first step ran one row per sentence: row i continues sentence rows[i] // beams
-            source, self.widen = rows // self.widen, 1
-            self.mask = self.mask[source]
-            self.cache.select(source, cross=not self.decoder.shared_cross)
-            if self.keys is not None:
-                self.keys.widen(source)
+            self._gather(rows // self.widen, sentences=rows[:: self.widen] // self.widen)
+            self.widen = 1
+            return
+        held = len(self.cache.self_values[0])
+        if len(rows) < held:
+            beams = held // len(self.cache.cross_keys[0]) if self.decoder.shared_cross else 1
+            self._gather(rows, sentences=rows[::beams] // beams)
             return
         moved = np.flatnonzero(rows != np.arange(len(rows)))
         if self.keys is not None:  # the keys live in the buffer
@@ -119,6 +121,17 @@ class CachedRun:
         else:
             self.cache.self_keys = reorder_rows(self.cache.self_keys, rows, moved)
         self.cache.self_values = reorder_rows(self.cache.self_values, rows, moved)
+
+    def _gather(self, source: np.ndarray, sentences: np.ndarray) -> None:
+        """Row i becomes a copy of row source[i]; a shared cross K/V keeps the rows of `sentences`."""
+        self.mask = self.mask[source]
+        if self.decoder.merged:  # the merged file is fed the encoder output at every step
+            self.hidden = self.hidden[source]
+        self.cache.select(source, cross=not self.decoder.shared_cross)
+        if self.decoder.shared_cross and len(sentences) < len(self.cache.cross_keys[0]):
+            self.cache.select_cross(sentences)
+        if self.keys is not None:
+            self.keys.widen(source)
 
 
 class NoCacheDecoder:
@@ -148,5 +161,7 @@ class NoCacheRun:
         return self.session.run(["logits"], feeds)[0][:, -1, :]
 
     def reorder(self, rows: np.ndarray) -> None:
-        """Row i continues row rows[i]."""
+        """Row i continues row rows[i]; fewer rows: retired sentences leave."""
+        if len(rows) < len(self.prefix):
+            self.input_ids, self.mask = self.input_ids[rows], self.mask[rows]
         self.prefix = self.prefix[rows]

@@ -11,6 +11,11 @@ Ours because it is the lesson. The rules are transformers 4.57's, so outputs are
 Everything is vectorized over batch x beams x vocabulary: no Python loop over beams or tokens. Beam search
 scores in full only the continuations that can reach the top 2*beams (`_candidates`: exact, the same
 indices and float32 scores as scoring every continuation; notebook 07's ablation measures what it saves).
+Sentences that are done (greedy: eos; beam search: no running beam can change the finished set) leave the batch
+once they are RETIRE_SHARE of its rows (`retire_finished`): `generate` keeps computing them to the end of the
+batch's longest sentence, though their output can no longer change. The run drops their rows (`Run.reorder`
+with fewer rows); the others' tokens are the same, since every row is computed on its own (dynamic int8 is the
+exception: its activation scale spans the batch, so its tokens move with the batch as they already do).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class GenerationSettings:
     bad_token_ids: tuple[int, ...] = ()
     forced_eos_token_id: int | None = None
     screen_candidates: bool = True  # beam search: score only the candidates that can win (False: score all)
+    retire_finished: bool = True  # stop decoding the rows of done sentences (False: every row to the end, as generate)
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> GenerationSettings:
@@ -87,7 +93,8 @@ class Run(Protocol):
         """Feed one token per row; the step's logits, [rows, vocab]."""
 
     def reorder(self, rows: np.ndarray) -> None:
-        """Row i continues row rows[i] (beam search)."""
+        """Row i continues row rows[i] (beam search). Fewer rows than the run holds: the rows left out belong to
+        retired sentences (all beams of each) and are decoded no more."""
 
 
 def _forced(cur_len: int, s: GenerationSettings) -> bool:
@@ -115,17 +122,31 @@ def greedy(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
     """Greedy decoding of `batch` rows; returns each row's generated ids up to and including eos."""
     tokens = np.full(batch, s.decoder_start_token_id, dtype=np.int64)
     unfinished = np.ones(batch, dtype=bool)
-    generated = []
+    held = np.arange(batch)  # the row of the batch that each row of the run decodes
+    generated = np.full((batch, s.max_length), s.pad_token_id, dtype=np.int64)
     cur_len = 1
     while True:
         scores = process(run.step(tokens), cur_len, s)
         tokens = np.where(unfinished, scores.argmax(-1), s.pad_token_id).astype(np.int64)
-        generated.append(tokens)
+        generated[held, cur_len - 1] = tokens
         cur_len += 1
         unfinished &= tokens != s.eos_token_id
         if not unfinished.any() or cur_len >= s.max_length:
             break
-    return [_until_eos(row, s.eos_token_id) for row in np.stack(generated, axis=1).tolist()]
+        if s.retire_finished and _retire(~unfinished):
+            keep = np.flatnonzero(unfinished)
+            run.reorder(keep)
+            held, tokens, unfinished = held[keep], tokens[keep], unfinished[keep]
+    return [_until_eos(row, s.eos_token_id) for row in generated[:, : cur_len - 1].tolist()]
+
+
+RETIRE_SHARE = 0.25  # done sentences leave the batch once they are this share of it (each retirement copies the cache)
+
+
+def _retire(done: np.ndarray) -> bool:
+    """Whether the done sentences are worth dropping now: enough of the batch that the copy of the others' cache
+    (a gather of every row kept) costs less than decoding the done rows to the end."""
+    return bool(done.any()) and done.sum() >= RETIRE_SHARE * len(done)
 
 
 def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
@@ -142,6 +163,8 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
     top_k_mask = np.arange(keep) < k
     sentence = np.arange(batch)[:, None]  # with a [batch, n] index array: each sentence's own entries
     row_offset = sentence * k
+    held = np.arange(batch)  # the batch's sentence that each sentence of the run is (retired ones leave)
+    retired: dict[int, np.ndarray] = {}
     tokens = running[:, :, 0].reshape(-1)
     scratch = None
     cur_len = 1
@@ -182,8 +205,6 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
         finished_scores = merged_scores[sentence, best]
         is_finished = np.concatenate([is_finished, just_finished], axis=1)[sentence, best]
 
-        run.reorder((source_beam + row_offset).reshape(-1))
-        tokens = running[:, :, cur_len].reshape(-1)
         cur_len += 1
         length = (s.max_length - prompt) if s.early_stopping == "never" and s.length_penalty > 0 else cur_len - prompt
         best_running = running_scores[:, :1] / np.float32(length**s.length_penalty)
@@ -191,7 +212,21 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
         can_improve = can_improve & (best_running > worst_finished).any(axis=-1, keepdims=True)
         if not (can_improve.any() and not (is_finished.all() and s.early_stopping is True) and not hits.all()):
             break
-    return [_until_eos(row[1:], s.eos_token_id) for row in finished_seq[:, 0, :cur_len].tolist()]
+        rows = source_beam + row_offset
+        # done: the finished set can no longer change (nothing excluded from it can enter it any more)
+        done = ~can_improve[:, 0] | (is_finished.all(axis=1) & (s.early_stopping is True))
+        if s.retire_finished and _retire(done):
+            retired.update(zip(held[done].tolist(), finished_seq[done, 0]))
+            live = np.flatnonzero(~done)
+            rows, held, running, running_scores = rows[live], held[live], running[live], running_scores[live]
+            finished_seq, finished_scores = finished_seq[live], finished_scores[live]
+            is_finished, can_improve = is_finished[live], can_improve[live]
+            sentence = np.arange(len(live))[:, None]
+            row_offset = sentence * k
+        run.reorder(rows.reshape(-1))
+        tokens = running[:, :, cur_len - 1].reshape(-1)
+    retired.update(zip(held.tolist(), finished_seq[:, 0, :cur_len]))
+    return [_until_eos(retired[i][1:].tolist(), s.eos_token_id) for i in range(batch)]
 
 
 def generate(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
