@@ -298,3 +298,14 @@ def test_memory_ablation_measures_every_step(tuned):
     rows = ablations.memory_ablation(tuned)
     assert [r["step"] for r in rows] == [label for label, _, _ in ablations.MEMORY_STEPS]
     assert all(r["rss_mb"] > 0 for r in rows)  # a torch.export variant has every layout
+
+
+def test_retirement_measures_the_corpus_with_and_without(tuned):
+    from mtonnx.runtime import MarianSpmTokenizer
+
+    tokenizer = MarianSpmTokenizer(tuned["int8-tuned"])
+    rows = [tokenizer.encode(p.en) for p in data.eval_set(EVAL)]
+    result = ablations.retirement(tuned["int8-tuned"], rows, batch=8, beams=1, max_new_tokens=24, repeats=2)
+    assert (result["batch"], result["beams"], result["sentences"]) == (8, 1, len(rows))
+    assert result["sentences_per_s"] > 0 and result["sentences_per_s_without"] > 0
+    assert set(result["speedup"]) == {"median", "min", "max"} and 0 <= result["same_tokens"] <= len(rows)

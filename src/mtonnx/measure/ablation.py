@@ -1,4 +1,5 @@
-"""Notebook 07's ablations: what each tuning step (variants.tuned) bought in time and in memory, tokens kept."""
+"""Notebook 07's ablations: what each tuning step (variants.tuned) bought in time and in memory, tokens kept, and
+what retiring done sentences buys at real lengths (forced lengths never retire one)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.measure.probe import import_cost
-from mtonnx.measure.timing import interleaved
+from mtonnx.measure.timing import interleaved, paired_ratio
 from mtonnx.runtime import SessionSettings, Translator
 from mtonnx.runtime.layout import LAYOUTS
 from mtonnx.runtime.sessions import FP32_SESSION, INT8_SESSION
@@ -101,6 +102,48 @@ def ablation(
                 }
             )
     return results
+
+
+def retirement(
+    variant_dir: str,
+    rows: list[list[int]],
+    batch: int,
+    beams: int,
+    max_new_tokens: int,
+    warmup: int = 1,
+    repeats: int = 3,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """What retiring done sentences (decoding.retire_finished) buys where sentences stop at eos: `rows` at their real
+    lengths in length-sorted batches (Translator.generate_sorted), with and without it, repetitions interleaved;
+    sentences per second, the paired speedup and how many sentences got the same tokens (all of them, but for
+    dynamic int8, whose activation scale spans the rows of a batch)."""
+    translator = Translator(variant_dir, session=SessionSettings(threads=threads, **INT8_SESSION))
+    timed = interleaved(
+        {
+            retire: functools.partial(
+                translator.generate_sorted,
+                rows,
+                batch,
+                num_beams=beams,
+                max_new_tokens=max_new_tokens,
+                retire_finished=retire,
+            )
+            for retire in (True, False)
+        },
+        max(warmup, 1),
+        repeats,
+    )
+    retired, full = timed[True], timed[False]
+    return {
+        "batch": batch,
+        "beams": beams,
+        "sentences": len(rows),
+        "sentences_per_s": round(len(rows) / retired["median_ms"] * 1000, 1),
+        "sentences_per_s_without": round(len(rows) / full["median_ms"] * 1000, 1),
+        "speedup": paired_ratio(full["times_ms"], retired["times_ms"]),
+        "same_tokens": sum(a == b for a, b in zip(retired["result"], full["result"])),
+    }
 
 
 def memory_ablation(dirs: dict[str, str]) -> list[dict[str, Any]]:

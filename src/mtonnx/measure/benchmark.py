@@ -79,6 +79,15 @@ def run_benchmark(
     corpus = peers.measure_engines(
         corpus_engines, paths, corpus_configs, rows, warmup=1, repeats=min(b["repeats"], CORPUS_REPEATS)
     )
+    log(f"retiring done sentences: the eval corpus at batch {CORPUS_BATCH}, with and without ...")
+    retired = ablations.retirement(
+        paths.int8_tuned,
+        rows,
+        CORPUS_BATCH,
+        params["generation"]["num_beams"],
+        params["generation"]["max_new_tokens"],
+        repeats=min(b["repeats"], CORPUS_REPEATS),
+    )
     log(f"ablation: the tuning steps one by one ({len(ablations.STEPS)} variants) ...")
     tuned = {"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned}
     ablation = ablations.ablation(
@@ -126,6 +135,7 @@ def run_benchmark(
         "rss_mb": rss,
         "rss_after_run_mb": rss_run,
         "memory_ablation": ablations.memory_ablation(tuned),
+        "retirement": retired,
         "restricted": restricted,
         "restriction_sizes": sized,
         "corpus": corpus,
@@ -328,6 +338,7 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
             for r in result["ablation"]
         ],
         "memory_ablation": {r["step"]: r["rss_mb"] for r in result["memory_ablation"]},
+        "retirement": result["retirement"],
         "bytes_per_token": result["step_bytes"],
         "restricted": result["restricted"],
         "restricted_rows": {
