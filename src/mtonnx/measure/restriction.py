@@ -133,10 +133,10 @@ def against_full(
     """Per other model, per (batch, beams): its median ms and the full model's, timed in turn with `tokens` forced
     on `rows`, the paired speedup (full / other, repetition by repetition) and whether it is faster beyond noise."""
     out: dict[Any, list[dict[str, Any]]] = {name: [] for name in others}
+    models = {"full": full, **{("other", name): t for name, t in others.items()}}
     for batch, beams in configs:
         ids, mask = pad((rows * batch)[:batch], full.tokenizer.pad_token_id)
         options = {"num_beams": beams, "max_new_tokens": tokens, "min_length": tokens + 1}
-        models = {"full": full, **{("other", name): t for name, t in others.items()}}
         timed = interleaved(
             {key: functools.partial(t.generate, ids, mask, **options) for key, t in models.items()},
             max(warmup, 1),
