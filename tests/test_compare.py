@@ -54,6 +54,23 @@ def test_a_repetition_busy_for_every_engine_does_not_hide_one_engine_three_times
     assert set(verdicts.values()) == {"within noise"}
 
 
+def test_one_repetition_jumping_to_another_level_does_not_hide_a_three_times_slower_engine():
+    """Seen in CI on a VM whose timings jump between two levels for a single engine: A's int8 had repetitions at
+    0.56x and 1.41x of their group's median, B's tripled int8 one at 1.97x; B's fastest no longer beat A's slowest
+    by 1.5x, though 48 of the 49 pairs of repetitions did."""
+    steady = [1.0] * 7
+    jumpy = [1.08, 1.02, 1.12, 0.94, 0.56, 1.41, 0.88]
+    tripled = [2.69, 2.7, 1.97, 3.05, 3.16, 2.76, 2.69]
+    a = run({**{e: steady for e in ENGINES}, "mtonnx-int8": jumpy})
+    b = run({**{e: steady for e in ENGINES}, "mtonnx-int8": tripled})
+    verdicts = speed(a, b)
+    assert verdicts.pop("bench mtonnx-int8 b1_beam1_t1_n8") == "regression"
+    assert set(verdicts.values()) == {"within noise"}
+    assert speed(a, run({**{e: steady for e in ENGINES}, "mtonnx-int8": jumpy[::-1]})) == dict.fromkeys(
+        speed(a, b), "within noise"
+    )  # the same jumpy engine, repetitions in another order: no change
+
+
 def test_a_slower_engine_whose_peers_got_as_much_faster_is_within_noise():
     b = run({"mtonnx-int8": [1.0, 1.0, 1.0], **{e: [0.3, 0.3, 0.3] for e in ENGINES if e != "mtonnx-int8"}})
     assert speed(run(), b)["bench mtonnx-int8 b1_beam1_t1_n8"] == "within noise"  # relative 3x, absolute same

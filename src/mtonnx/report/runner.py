@@ -10,6 +10,7 @@ names the initializers it shares in set order, so without it the merged decoder'
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sys
@@ -151,6 +152,9 @@ def run(
         try:
             result = execute(notebook, out_dir, parameters, kernel)
         except KeyboardInterrupt:  # Ctrl-C: the report is still written, marked interrupted
+            # The abandoned nbclient task ends with DeadKernelError (the kernel got the same SIGINT) and nobody
+            # awaits it: asyncio would print "Task exception was never retrieved" and its traceback.
+            logging.getLogger("asyncio").setLevel(logging.CRITICAL)
             executed = out_dir / "notebooks" / notebook.name
             result = {
                 "name": notebook.stem,
