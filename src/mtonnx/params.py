@@ -142,6 +142,9 @@ SCHEMA: dict[str, Any] = {
         "corpus_lines": Field(
             int, 6000, "notebook 10: lines of the corpus built from the eval and train data", lo=1, hi=1_000_000
         ),
+        "repeats": Field(
+            int, 5, "notebook 10: rounds of the 1- and 2-worker runs, alternated (medians, paired speedup)", lo=1, hi=20
+        ),
     },
     "compare": {
         "speed_margin": Field(

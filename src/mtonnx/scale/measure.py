@@ -4,12 +4,16 @@ the pipeline's own I/O rate, and the on-paper plan (workers and wall time) from 
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from mtonnx.measure.timing import paired_ratio
 
 
 def write_corpus(texts: list[str], lines: int, out_dir: str | Path, files: int = 4) -> list[Path]:
@@ -95,6 +99,40 @@ class MemorySampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def alternate(
+    run: Callable[[int, Path], dict[str, Any]], workers: tuple[int, ...], repeats: int, out_dir: str | Path
+) -> dict[int, list[dict[str, Any]]]:
+    """`repeats` rounds of `run(n, out)` for each worker count n in turn, so the machine's drift between minutes hits
+    every count alike; each run writes into its own empty directory out_dir/w<n>-<round> under a MemorySampler.
+    Per worker count, its runs' results with `out` and `peak_mb` (the Ray cluster's peak RSS) added."""
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in workers}
+    for k in range(repeats):
+        for n in workers:
+            out = Path(out_dir) / f"w{n}-{k + 1}"
+            with MemorySampler() as memory:
+                result = run(n, out)
+            runs[n].append({**result, "out": out, "peak_mb": memory.peak_mb})
+    return runs
+
+
+def typical(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One worker count's runs in one line: median seconds and sentences/s, their range, the highest peak RSS."""
+    rates = [r["sentences_per_s"] for r in runs]
+    return {
+        "sentences_per_s": round(statistics.median(rates), 2),
+        "seconds": round(statistics.median(r["seconds"] for r in runs), 3),
+        "sentences_per_s_range": [min(rates), max(rates)],
+        "peak_mb": max(r["peak_mb"] for r in runs),
+        "repeats": len(runs),
+    }
+
+
+def speedup(base: list[dict[str, Any]], more: list[dict[str, Any]]) -> dict[str, float] | None:
+    """`more` workers against `base` on the same corpus, round by round (base seconds / more seconds): median, min
+    and max over the rounds."""
+    return paired_ratio([r["seconds"] for r in base], [r["seconds"] for r in more])
 
 
 def load_seconds(model_dir: str | Path, threads: int = 1) -> float:
