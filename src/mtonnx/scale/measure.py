@@ -104,12 +104,13 @@ class MemorySampler:
 def alternate(
     run: Callable[[int, Path], dict[str, Any]], workers: tuple[int, ...], repeats: int, out_dir: str | Path
 ) -> dict[int, list[dict[str, Any]]]:
-    """`repeats` rounds of `run(n, out)` for each worker count n in turn, so the machine's drift between minutes hits
-    every count alike; each run writes into its own empty directory out_dir/w<n>-<round> under a MemorySampler.
+    """`repeats` rounds of `run(n, out)` for each worker count n in turn, the order reversed every other round (1 2,
+    2 1, 1 2, ...), so the machine's drift between minutes hits every count alike and favours no count's place in a
+    round; each run writes into its own empty directory out_dir/w<n>-<round> under a MemorySampler.
     Per worker count, its runs' results with `out` and `peak_mb` (the Ray cluster's peak RSS) added."""
     runs: dict[int, list[dict[str, Any]]] = {n: [] for n in workers}
     for k in range(repeats):
-        for n in workers:
+        for n in workers if k % 2 == 0 else workers[::-1]:
             out = Path(out_dir) / f"w{n}-{k + 1}"
             with MemorySampler() as memory:
                 result = run(n, out)
