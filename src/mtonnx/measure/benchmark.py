@@ -333,6 +333,7 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
                     "speedup_vs_previous",
                     "same_tokens_as_previous",
                     "kept",
+                    "exact",
                 )
             }
             for r in result["ablation"]

@@ -122,12 +122,12 @@ class Engine:
 
     def _load_mtonnx(self) -> None:
         from mtonnx.runtime import SessionSettings, Translator
-        from mtonnx.runtime.sessions import FP32_SESSION, INT8_SESSION
 
         int8 = self.precision == "int8"
-        settings = SessionSettings(threads=self.threads, **(INT8_SESSION if int8 else FP32_SESSION))
         self.model = Translator(
-            self.paths.int8_tuned if int8 else self.paths.fp32_tuned, decoder="auto", session=settings
+            self.paths.int8_tuned if int8 else self.paths.fp32_tuned,
+            decoder="auto",
+            session=SessionSettings(threads=self.threads),
         )
 
     def _load_ct2(self) -> None:

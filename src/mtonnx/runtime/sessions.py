@@ -16,12 +16,14 @@ OPTIMIZATION = {
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
-# The tuned runtime's SessionSettings fields (notebook 07's ablation measures them; here, so that a deployment
-# needs no onnx): the fp32 runtime skips SkipLayerNormFusion, the int8 one keeps ORT's defaults because the
-# fusion's last-bit differences, amplified by dynamic quantization, move int8 tokens.
-FP32_SESSION = {"disabled_optimizers": ("SkipLayerNormFusion",)}
+# ORT graph transformers every session skips unless told otherwise. SkipLayerNormFusion: ORT's fused CPU kernel is
+# slower than the Add + LayerNormalization it replaces (hsk-enzh int8, batches of 32 / 8 at beam 4: 1.13-1.21x
+# faster without it, batch 1 greedy the same). fp32 keeps every token; dynamic int8 amplifies the last-bit
+# differences and moved 13-20 of 471 greedy translations, BLEU against fp32 within 0.02 of the fused run's, so int8
+# variants go through notebook 06's quality gate with it (notebook 07's ablation measures the step).
+DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
+ORT_DEFAULTS = {"disabled_optimizers": ()}  # every ORT fusion on: the ablation's steps before this one
 MAX_THREADS = 256
-INT8_SESSION: dict = {}
 
 
 @dataclass(frozen=True)
@@ -29,19 +31,18 @@ class SessionSettings:
     """Thread count, graph optimization level and spin-waiting for every session of a model.
 
     Spinning is off by default: ORT's spin-waiting worker threads oversubscribe a machine with few cores
-    (notebook 05 measures both). `disabled_optimizers` names ORT graph transformers to skip, e.g.
-    "SkipLayerNormFusion", whose fused CPU kernel is slower than the Add + LayerNormalization it replaces
-    (notebook 07's ablation). ORT's CPU arena is off by default: it keeps a generation's peak for the life of the
-    session, while without it the tensors come from the heap that runtime.heap holds during a generation and
-    returns after it (opus-shape int8-tuned, b8 beam 4, 32 tokens: RSS after a generation 243.5 -> 185.4 MB). The
-    cost, paired: one sentence at a time 0.98x the arena's time, batches of 32 at beam 4 1.06x (0.98-1.09) on
-    hsk-enzh.
+    (notebook 05 measures both). `disabled_optimizers` names ORT graph transformers to skip: by default
+    DISABLED_OPTIMIZERS, () for all of ORT's fusions. ORT's CPU arena is off by default: it keeps a generation's
+    peak for the life of the session, while without it the tensors come from the heap that runtime.heap holds
+    during a generation and returns after it (opus-shape int8-tuned, b8 beam 4, 32 tokens: RSS after a generation
+    243.5 -> 185.4 MB). The cost, paired: one sentence at a time 0.98x the arena's time, batches of 32 at beam 4
+    1.06x (0.98-1.09) on hsk-enzh.
     """
 
     threads: int = 1
     optimization: str = "all"
     spinning: bool = False
-    disabled_optimizers: tuple[str, ...] = ()
+    disabled_optimizers: tuple[str, ...] = DISABLED_OPTIMIZERS
     arena: bool = False
 
     def __post_init__(self):
