@@ -44,6 +44,16 @@ def test_one_engine_three_times_slower_is_a_regression_and_faster_an_improvement
     assert speed(slow, run())["bench mtonnx-int8 b1_beam1_t1_n8"] == "improvement"
 
 
+def test_a_peer_engine_slower_or_faster_is_reported_but_never_a_regression():
+    slow = run({"ct2-int8": [3.0, 3.1, 2.9]})
+    result = compare.compare(run(), slow)
+    assert speed(run(), slow)["bench ct2-int8 b1_beam1_t1_n8"] == "peer slower"
+    assert speed(slow, run())["bench ct2-int8 b1_beam1_t1_n8"] == "peer faster"
+    assert result["regressions"] == []
+    row = next(r for r in compare.summary_rows(result) if r["kind"] == "speed")
+    assert (row["changed"], row["regressions"], row["within noise"]) == (len(ENGINES), 0, len(ENGINES) - 1)
+
+
 def test_a_repetition_busy_for_every_engine_does_not_hide_one_engine_three_times_slower():
     """Seen in CI: one repetition of run A ran 2x slower for every engine; B's 3x slower engine then lay within
     1.5x of A's slowest repetition in ms, and compare said "within noise"."""

@@ -12,7 +12,9 @@ Every metric of the two metrics.json files is classified:
   so it is not a regression, and it does not hide one either (one repetition 1.8x faster for every variant made
   a 3x slower timing read "within noise" when B's fastest had to beat A's slowest in ms). Timings without such a
   group are judged on the pairs in ms alone. Otherwise a change is "within noise"; single timings are listed,
-  never judged;
+  never judged. A peer engine's timing (the bench's PyTorch, optimum and CTranslate2) is judged alike but reads
+  "peer slower" / "peer faster", never a regression: it measures the machine and the peer, not this project (two
+  CI runs of one commit timed CTranslate2 fp32 1.6x apart against the engines beside it);
 - size and memory: beyond `size_threshold` (relative) is a regression;
 - everything else is listed as changed.
 Plus the params and environment differences, the translations that changed per variant, and whether the two
@@ -53,6 +55,8 @@ QUALITY = (*LOWER_IS_WORSE, *HIGHER_IS_WORSE, "gate", "tokens_sha", "recommended
 SIZE = ("size_mb", "rss_mb", "rss_after_run_mb", "weights_mb")
 MIN_GROUP = 3  # timings measured side by side that a relative check needs
 SUPERIORITY = 0.9  # share of repetition pairs beyond the margin that makes a speed change count (_beyond)
+OURS = "mtonnx"  # bench engines whose names start with it are this project's; the others are peers
+PEER_VERDICTS = {"regression": "peer slower", "improvement": "peer faster"}
 
 
 class CompareError(ValueError):
@@ -251,6 +255,8 @@ def _speed(a: dict[str, Any], b: dict[str, Any], t: Thresholds) -> list[dict[str
                 verdict = "within noise"
         else:
             verdict = _beyond(ta, tb, t.speed_margin)
+        if key.startswith("bench ") and not key.split()[1].startswith(OURS):
+            verdict = PEER_VERDICTS.get(verdict, verdict)
         out.append(
             {
                 "kind": "speed",
