@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mtonnx import data
-from mtonnx.measure import benchmark, peers, probe
+from mtonnx.measure import benchmark, peers, probe, search_graph
 from mtonnx.params import ENGINES
 from mtonnx.runtime import MarianSpmTokenizer
 
@@ -98,3 +98,19 @@ def test_corpus_runs_translate_every_sentence_at_its_own_length(paths):
     ours, ct2 = results
     assert summary["ratio"]["corpus_vs_ct2_int8_t1"] == round(ct2["median_ms"] / ours["median_ms"], 2)
     assert summary["targets"]["corpus_vs_ct2_int8_t1"] in ("met", "missed", "within noise")
+
+
+def test_the_search_graph_is_compared_for_tokens_and_timed_beside_the_runtime(paths):
+    tokenizer = MarianSpmTokenizer(paths.fp32_export)
+    rows = [tokenizer.encode(p.en) for p in data.eval_set({"hsk_size": 4, "techdocs_size": 1, "eval_split": "test"})]
+    generation = {"max_new_tokens": 6, "num_beams": 2, "batch_size": 2}
+    result = search_graph.compare_search(
+        paths, rows, [(1, 1), (2, 2)], 5, generation, ["mtonnx-int8", "ct2-int8"], warmup=0, repeats=2
+    )
+    assert set(result["same_tokens"]) == {1, 2} and all(s["of"] == len(rows) for s in result["same_tokens"].values())
+    assert [(s["batch"], s["beams"]) for s in result["speed"]] == [(1, 1), (2, 2)]
+    for s in result["speed"]:
+        assert {k for k in s if k.endswith(" ms")} == {f"{e} ms" for e in search_graph.ENGINES}
+        assert s["speedup vs ct2-int8"]["min"] <= s["speedup vs ct2-int8"]["median"] <= s["speedup vs ct2-int8"]["max"]
+    engine = peers.Engine("mtonnx-search-int8", paths, 1)
+    assert engine.run(rows[:2], 2, 5) == 2 * 5  # the forced length, as every engine

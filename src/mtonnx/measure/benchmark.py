@@ -15,7 +15,7 @@ import numpy as np
 
 from mtonnx import data
 from mtonnx.measure import ablation as ablations
-from mtonnx.measure import peers, restriction, step_bytes, verdicts
+from mtonnx.measure import peers, restriction, search_graph, step_bytes, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
 from mtonnx.report.artifacts import write_json
 from mtonnx.runtime import MarianSpmTokenizer
@@ -88,6 +88,17 @@ def run_benchmark(
         params["generation"]["max_new_tokens"],
         repeats=min(b["repeats"], CORPUS_REPEATS),
     )
+    log("the search inside the graph (ORT's BeamSearch op) against the runtime's loop and CTranslate2 ...")
+    search = search_graph.compare_search(
+        paths,
+        rows,
+        list(itertools.product(b["batches"], b["beams"])),
+        headline_tokens(b["tokens"]),
+        params["generation"],
+        engines,
+        warmup=b["warmup"],
+        repeats=b["repeats"],
+    )
     log(f"ablation: the tuning steps one by one ({len(ablations.STEPS)} variants) ...")
     tuned = {"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned}
     ablation = ablations.ablation(
@@ -136,6 +147,7 @@ def run_benchmark(
         "rss_after_run_mb": rss_run,
         "memory_ablation": ablations.memory_ablation(tuned),
         "retirement": retired,
+        "search_graph": search,
         "restricted": restricted,
         "restriction_sizes": sized,
         "corpus": corpus,
@@ -149,6 +161,21 @@ def run_benchmark(
     }
     path = write_json(Path(run_dir) / RESULTS, out)
     return {**out, "path": str(path)}
+
+
+def search_graph_metrics(search: dict[str, Any]) -> dict[str, Any]:
+    """The search graph's sentences with the runtime's tokens per beam count, and its paired median speedups."""
+    config = lambda s: f"b{s['batch']}" + (f"_beam{s['beams']}" if s["beams"] > 1 else "")  # noqa: E731
+    return {
+        "sentences": search["sentences"],
+        "same_tokens": {f"beam{beams}": same["same"] for beams, same in search["same_tokens"].items()},
+        **{
+            f"speedup_vs_{name.replace('-', '_')}": {
+                config(s): (s.get(f"speedup vs {name}") or {}).get("median") for s in search["speed"]
+            }
+            for name in ("mtonnx-int8", "ct2-int8")
+        },
+    }
 
 
 def headline_tokens(lengths: list[int]) -> int:
@@ -340,6 +367,7 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
         ],
         "memory_ablation": {r["step"]: r["rss_mb"] for r in result["memory_ablation"]},
         "retirement": result["retirement"],
+        "search_graph": search_graph_metrics(result["search_graph"]),
         "bytes_per_token": result["step_bytes"],
         "restricted": result["restricted"],
         "restricted_rows": {

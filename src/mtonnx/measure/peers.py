@@ -49,15 +49,18 @@ class Paths:
     optimum_dir: str
     ct2_fp32: str
     ct2_int8: str
+    search_fp32: str  # the search inside the graph (measure.search_graph) over fp32-tuned's split files
+    search_int8: str  # ... over int8-tuned's: what mtonnx-search-int8 loads
 
 
 def prepare(
     model_dir: str | Path, work_dir: str | Path, exporter: str = "dynamo", opset: int = 18, ct2: bool = True
 ) -> Paths:
-    """Build whatever is missing: the hand export, the int8 variant, the tuned fp32 and int8 variants,
-    optimum's export, CTranslate2 models."""
+    """Build whatever is missing: the hand export, the int8 variant, the tuned fp32 and int8 variants, their
+    search graphs, optimum's export, CTranslate2 models."""
     from mtonnx.export.manual import export_manual
     from mtonnx.export.optimum import export_optimum
+    from mtonnx.measure.search_graph import build_search_dirs
     from mtonnx.variants.build import build_variant
     from mtonnx.variants.transforms import dynamic_int8
     from mtonnx.variants.tuned import build_tuned
@@ -78,7 +81,10 @@ def prepare(
         str(optimum),
         str(work / "ct2" / "fp32"),
         str(work / "ct2" / "int8"),
+        str(work / "search" / "fp32"),
+        str(work / "search" / "int8"),
     )
+    build_search_dirs(paths)
     if not (optimum / layout.DECODER_WITH_PAST).is_file():
         export_optimum(model_dir, optimum)
     for target, quantization in ((paths.ct2_fp32, "float32"), (paths.ct2_int8, "int8")) if ct2 else ():
@@ -97,7 +103,7 @@ class Engine:
         self.kind, self.precision = name.rsplit("-", 1)
         config = json.loads((Path(paths.fp32_export) / "generation_config.json").read_text())
         self.pad_id = config["pad_token_id"]  # read once here, never inside the timed run()
-        getattr(self, f"_load_{self.kind}")()
+        getattr(self, f"_load_{self.kind.replace('-', '_')}")()
 
     def _load_pytorch(self) -> None:
         import torch
@@ -129,6 +135,12 @@ class Engine:
             decoder="auto",
             session=SessionSettings(threads=self.threads),
         )
+
+    def _load_mtonnx_search(self) -> None:
+        from mtonnx.runtime import SessionSettings
+        from mtonnx.runtime.search_graph import SearchGraph
+
+        self.model = SearchGraph(self.paths.search_int8, SessionSettings(threads=self.threads))
 
     def _load_ct2(self) -> None:
         import ctranslate2
@@ -170,7 +182,7 @@ class Engine:
         from mtonnx.runtime.tokenizer import pad
 
         ids, mask = pad(rows, self.pad_id)
-        if self.kind == "mtonnx":
+        if self.kind in ("mtonnx", "mtonnx-search"):  # the search graph has no forced eos: `tokens` without eos
             out = self.model.generate(ids, mask, num_beams=beams, max_new_tokens=tokens, min_length=tokens + 1)
             return sum(len(r) for r in out)
         import torch

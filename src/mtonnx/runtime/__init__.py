@@ -14,6 +14,7 @@ _WHERE = {
     "SessionSettings": "sessions",
     "MarianSpmTokenizer": "tokenizer",
     "ModelDirError": "translator",
+    "SearchGraph": "search_graph",
     "Translator": "translator",
 }
 __all__ = sorted(_WHERE)

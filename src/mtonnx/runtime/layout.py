@@ -15,6 +15,7 @@ TRANSLATION_STEP = "translation_step.onnx"  # the no-cache baseline: encoder + w
 CROSS_KV = "decoder_cross_kv.onnx"  # tuned variants: the cross-attention K/V once per sentence
 TUNED_STEP = "decoder_with_past_tuned.onnx"  # tuned variants: keys read in place, cross K/V per sentence
 WEIGHTS = "weights.bin"  # tuned variants: every large initializer once, memory-mapped by ONNX Runtime
+SEARCH_MODEL = "beam_search.onnx"  # the search inside the graph: ORT's BeamSearch over the split files' graphs
 OUTPUT_ROWS = "output_rows.json"  # restricted variants: the vocab.json id of each logits column, in order
 
 EXPORT_MANIFEST = "export_manifest.json"
