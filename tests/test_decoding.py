@@ -1,8 +1,10 @@
-"""The decoding loop's fast paths are exact: top-k with ties and -inf, screened beam candidates equal to
-scoring every continuation (same indices, bit-identical float32 scores), and beam search with screening on
-and off choosing the same tokens."""
+"""The decoding loop's fast paths are exact: top-k with ties and -inf, screened beam candidates and candidates from
+the search head's top log-probabilities equal to scoring every continuation (same indices, bit-identical float32
+scores), and beam search with screening and the head on and off choosing the same tokens."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -42,10 +44,11 @@ def test_top_k_is_exact_with_ties_and_inf(seed):
     np.testing.assert_array_equal(decoding._top_k(values, k), reference_top_k(values, k))
 
 
-@pytest.mark.parametrize("seed", range(24))
-def test_screened_candidates_equal_scoring_every_continuation(seed):
+def random_step(seed: int, vocabs: list[int], last_len: int):
+    """Settings, a position below `last_len`, logits (every third seed: rounded, many exact ties, and a banned token on
+    top) and running scores (every fourth: the first step, only beam 0 live) for a random beam-search step."""
     rng = np.random.default_rng(seed)
-    batch, beams, vocab = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.choice([300, 5000, 65001]))
+    batch, beams, vocab = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.choice(vocabs))
     s = GenerationSettings(
         decoder_start_token_id=vocab - 1,
         eos_token_id=0,
@@ -56,7 +59,7 @@ def test_screened_candidates_equal_scoring_every_continuation(seed):
         bad_token_ids=(vocab - 1,) if seed % 3 else (vocab - 1, int(rng.integers(1, vocab - 1))),
         forced_eos_token_id=0 if seed % 2 else None,
     )
-    cur_len = int(rng.integers(1, 10))
+    cur_len = int(rng.integers(1, last_len))
     logits = (rng.standard_normal((batch * beams, vocab)) * 2).astype(np.float32)
     if seed % 3 == 0:
         logits = np.round(logits)  # many exact ties
@@ -64,6 +67,13 @@ def test_screened_candidates_equal_scoring_every_continuation(seed):
     running = (rng.standard_normal((batch, beams)) * 3).astype(np.float32)
     if seed % 4 == 0:
         running[:, 1:] = NEG  # the first step: only beam 0 is live
+    return s, cur_len, logits, running
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_screened_candidates_equal_scoring_every_continuation(seed):
+    s, cur_len, logits, running = random_step(seed, [300, 5000, 65001], 10)
+    beams = s.num_beams
     expected = reference_candidates(logits.copy(), running, cur_len, s, 2 * beams)
     got = decoding._candidates(logits.copy(), running, cur_len, s, np.empty_like(logits), 2 * beams)
     np.testing.assert_array_equal(got[0], expected[0])
@@ -107,8 +117,38 @@ class RandomRun:
         self.rows = len(rows)  # retired sentences leave
 
 
+def head_of(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """What the search head (passes.search_head) returns for these logits, computed in numpy."""
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    cols = reference_top_k(log_probs, k)
+    return np.take_along_axis(log_probs, cols, axis=1), cols
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_head_candidates_equal_scoring_every_continuation(seed):
+    s, cur_len, logits, running = random_step(seed, [30, 300, 5000], 9)  # not the forced-eos step: no head there
+    keep = 2 * s.num_beams
+    logits[:, 0] += 3 * (seed % 2)  # eos near the top: banned below min_length
+    banned = decoding._banned(cur_len, s)
+    expected = reference_candidates(logits.copy(), running, cur_len, s, keep)
+    got = decoding._candidates_from_head(head_of(logits, keep + len(banned)), running, banned, logits.shape[1], keep)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])  # bit-identical given the same log-softmax
+
+
+class HeadRandomRun(RandomRun):
+    """RandomRun with a search head on the same logits."""
+
+    has_head = True
+
+    def step_top(self, tokens: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+        return head_of(self.step(tokens), k)
+
+
 @pytest.mark.parametrize("early_stopping", [False, True])
-def test_beam_search_with_and_without_screening_chooses_the_same_tokens(early_stopping):
+@pytest.mark.parametrize("fast_path", ["screen_candidates", "search_head"])
+def test_beam_search_with_and_without_each_fast_path_chooses_the_same_tokens(early_stopping, fast_path):
     s = GenerationSettings(
         decoder_start_token_id=9999,
         eos_token_id=0,
@@ -119,10 +159,9 @@ def test_beam_search_with_and_without_screening_chooses_the_same_tokens(early_st
         bad_token_ids=(9999,),
         forced_eos_token_id=0,
         early_stopping=early_stopping,
+        search_head=fast_path == "search_head",
     )
     for seed in range(5):
-        screened = decoding.beam_search(RandomRun(12, 10000, seed), 3, s)
-        full = decoding.beam_search(
-            RandomRun(12, 10000, seed), 3, GenerationSettings(**{**s.__dict__, "screen_candidates": False})
-        )
-        assert screened == full
+        fast = decoding.beam_search(HeadRandomRun(12, 10000, seed), 3, s)
+        plain = decoding.beam_search(HeadRandomRun(12, 10000, seed), 3, replace(s, **{fast_path: False}))
+        assert fast == plain

@@ -25,7 +25,7 @@ def test_exports_hold_the_files_the_contract_names(directories):
     assert {p.name for p in directories["hand"].glob("*.onnx")} == set(layout.HAND_EXPORT)
     assert {p.name for p in directories["optimum"].glob("*.onnx")} == set(layout.OPTIMUM_EXPORT)
     tuned = {p.name for p in Path(directories["tuned"]).glob("*.onnx")}
-    assert tuned == set(layout.VARIANT_FILES) | {layout.CROSS_KV, layout.TUNED_STEP}
+    assert tuned == set(layout.VARIANT_FILES) | {layout.CROSS_KV, layout.TUNED_STEP, layout.SEARCH_HEAD}
     for name in (layout.EXPORT_MANIFEST, *layout.MODEL_FILES):
         assert (directories["hand"] / name).is_file(), name
 
@@ -47,7 +47,8 @@ def test_cache_tensor_names_and_order_are_the_contract(directories, tiny):
 def test_every_layout_loads_through_the_contract_and_translates_alike(directories, name):
     where = {"tuned": "tuned", "lean": "tuned", "split": "hand", "merged": "optimum", "no-cache": "hand"}[name]
     translator = Translator(directories[where], decoder=name)
-    assert translator.layout == name and set(translator.sessions) == set(layout.LAYOUTS[name])
+    head = {layout.SEARCH_HEAD} if where == "tuned" else set()  # the tuned variant's beam-search head, loaded too
+    assert translator.layout == name and set(translator.sessions) == set(layout.LAYOUTS[name]) | head
     reference = Translator(directories["hand"], decoder="split").translate(SOURCES, num_beams=2, max_new_tokens=10)
     if where != "tuned":  # the tuned variant is int8: its own layouts must agree with each other instead
         assert translator.translate(SOURCES, num_beams=2, max_new_tokens=10) == reference

@@ -18,7 +18,7 @@ from mtonnx.runtime.tokenizer import pad
 
 @dataclass(frozen=True)
 class Step:
-    """One row of the ablation: a variant directory, a layout, session settings, screening."""
+    """One row of the ablation: a variant directory, a layout, session settings, screening, the search head."""
 
     label: str
     variant: str
@@ -27,6 +27,7 @@ class Step:
     screen: bool
     kept: bool  # part of the project's int8 runtime (False: measured, rejected)
     exact: bool = True  # keeps every token (False: moves int8 tokens, so its variants pass notebook 06's gate with it)
+    head: bool = False  # beam search ranks from the search head (decoding.GenerationSettings.search_head)
 
 
 # Each step adds one change to the step before; all but the last with every ORT fusion on.
@@ -37,6 +38,9 @@ STEPS = (
     Step("+ lean layout (no decoder_model)", "int8-tuned", "lean", ORT_DEFAULTS, True, True),
     Step("+ tuned step (keys in place, cross-attention per sentence)", "int8-tuned", "tuned", ORT_DEFAULTS, True, True),
     Step("+ SkipLayerNormFusion off (the runtime's default)", "int8-tuned", "tuned", {}, True, True, exact=False),
+    Step(
+        "+ search head (top logits and normalizer in the step graph)", "int8-tuned", "tuned", {}, True, True, head=True
+    ),
 )
 # What each step did to resident memory after load (lean comes after the mapped file here: the split layout
 # shows the file's effect alone).
@@ -50,7 +54,13 @@ MEMORY_STEPS = (
 
 def _generate(translator: Translator, step: Step, ids, mask, beams: int, tokens: int) -> list[list[int]]:
     return translator.generate(
-        ids, mask, num_beams=beams, max_new_tokens=tokens, min_length=tokens + 1, screen_candidates=step.screen
+        ids,
+        mask,
+        num_beams=beams,
+        max_new_tokens=tokens,
+        min_length=tokens + 1,
+        screen_candidates=step.screen,
+        search_head=step.head,
     )
 
 

@@ -32,8 +32,9 @@ class CachedDecoder:
         first: ort.InferenceSession | None,
         with_past: ort.InferenceSession,
         cross_kv: ort.InferenceSession | None = None,
+        head: ort.InferenceSession | None = None,
     ):
-        self.encoder, self.with_past, self.cross_kv = encoder, with_past, cross_kv
+        self.encoder, self.with_past, self.cross_kv, self.head = encoder, with_past, cross_kv, head
         self.merged = first is None and cross_kv is None  # one file, switching on its use_cache_branch input
         self.first = with_past if first is None else first
         inputs = {i.name: i for i in with_past.get_inputs()}
@@ -47,6 +48,8 @@ class CachedDecoder:
         metadata = with_past.get_modelmeta().custom_metadata_map
         self.time_major_keys = metadata.get(layout.SELF_KEYS_KEY) == layout.SELF_KEYS_TIME_MAJOR
         self.shared_cross = metadata.get(layout.CROSS_ATTENTION_KEY) == layout.CROSS_PER_SENTENCE
+        vocab = with_past.get_outputs()[0].shape[-1]
+        self.vocab = vocab if isinstance(vocab, int) else None  # the search head needs it before the first step
 
     def begin(self, input_ids: np.ndarray, attention_mask: np.ndarray, expand: int = 1) -> CachedRun:
         """Run the encoder on a batch; the run decodes `expand` rows (beams) per sentence."""
@@ -80,6 +83,22 @@ class CachedRun:
     def narrow_first(self) -> bool:
         """beam_search feeds the first step one row per sentence (decoding.Run)."""
         return self.widen > 1
+
+    @property
+    def has_head(self) -> bool:
+        """Whether `step_top` can answer beam search (decoding.Run): the variant has the search head file."""
+        return self.decoder.head is not None and self.decoder.vocab is not None
+
+    @property
+    def vocab(self) -> int | None:
+        """The logits' columns, as the step graph states them."""
+        return self.decoder.vocab
+
+    def step_top(self, tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """As `step`, then the search head (passes.search_head) on its logits: each row's k largest
+        log-probabilities and their columns, [rows, k], largest first."""
+        logits = self.step(tokens)
+        return tuple(self.decoder.head.run(list(layout.HEAD_OUTPUTS), {"logits": logits, layout.HEAD_TOP_K: [k]}))
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
         """Feed one token per row; returns the logits of that step, [rows, vocab]."""

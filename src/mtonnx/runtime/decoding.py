@@ -46,6 +46,7 @@ class GenerationSettings:
     bad_token_ids: tuple[int, ...] = ()
     forced_eos_token_id: int | None = None
     screen_candidates: bool = True  # beam search: score only the candidates that can win (False: score all)
+    search_head: bool = True  # beam search: top log-probabilities from the search head, if the run has one (Run)
     retire_finished: bool = True  # stop decoding the rows of done sentences (False: every row to the end, as generate)
 
     @classmethod
@@ -86,7 +87,10 @@ class Run(Protocol):
     """One batch being decoded: `step` feeds one token per row and returns that step's logits.
 
     A run may set `narrow_first`: beam search then feeds the first step one row per sentence (every beam of a
-    sentence starts from the same state) and the first `reorder` widens the rows to the beams.
+    sentence starts from the same state) and the first `reorder` widens the rows to the beams. A run with the
+    search head (mtonnx.passes.search_head) sets `has_head` and `vocab`, and its `step_top(tokens, k)` steps as
+    `step` but returns each row's k largest log-probabilities and their columns ([rows, k], largest first, ties to
+    the lower column).
     """
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
@@ -169,19 +173,27 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
     scratch = None
     cur_len = 1
     narrow = k > 1 and getattr(run, "narrow_first", False)
+    head = s.search_head and getattr(run, "has_head", False)
     while True:
-        logits = run.step(tokens[::k] if narrow else tokens)
-        vocab = logits.shape[-1]
-        scored = running_scores
-        if narrow:  # beams 1.. start at -1e9: the top 2*beams continuations all extend beam 0 (row = sentence) ...
-            if _forced(cur_len, s) or vocab - len(_banned(cur_len, s)) < keep:  # ... unless too few tokens are allowed
-                logits = np.repeat(logits, k, axis=0)
-            else:
-                scored = running_scores[:, :1]
-            narrow = False
-        if scratch is None or scratch.shape != logits.shape:
-            scratch = np.empty_like(logits)
-        flat, cand_scores = _candidates(logits, scored, cur_len, s, scratch, keep)
+        banned = _banned(cur_len, s)
+        if head and not _forced(cur_len, s) and run.vocab - len(banned) >= keep:
+            top = run.step_top(tokens[::k] if narrow else tokens, keep + len(banned))
+            scored = running_scores[:, :1] if narrow else running_scores  # as below: all beams extend beam 0
+            vocab, narrow = run.vocab, False
+            flat, cand_scores = _candidates_from_head(top, scored, banned, vocab, keep)
+        else:
+            logits = run.step(tokens[::k] if narrow else tokens)
+            vocab = logits.shape[-1]
+            scored = running_scores
+            if narrow:  # beams 1.. start at -1e9: the top 2*beams continuations all extend beam 0 (row = sentence) ...
+                if _forced(cur_len, s) or vocab - len(banned) < keep:  # ... unless too few tokens are allowed
+                    logits = np.repeat(logits, k, axis=0)
+                else:
+                    scored = running_scores[:, :1]
+                narrow = False
+            if scratch is None or scratch.shape != logits.shape:
+                scratch = np.empty_like(logits)
+            flat, cand_scores = _candidates(logits, scored, cur_len, s, scratch, keep)
         cand_beam, cand_token = flat // vocab, flat % vocab
         cand_seq = running[sentence, cand_beam]
         cand_seq[:, :, cur_len] = cand_token
@@ -288,6 +300,23 @@ def _candidates(
     starts = np.searchsorted(sentence[order], np.arange(batch))
     pick = order[starts[:, None] + np.arange(keep)]
     return flat[pick], scores[pick]
+
+
+def _candidates_from_head(
+    top: tuple[np.ndarray, ...], running_scores: np.ndarray, banned: list[int], vocab: int, keep: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """`_candidates` from the search head's per-row top log-probabilities (a row's best `keep` allowed continuations
+    lie in its top keep + len(banned)): the same float32 operations, ranked the same way; only the log-softmax is
+    ORT's (MLAS: (logit - max) - log(sum(exp)), its own exp and order of summation)."""
+    log_probs, cols = top
+    batch, beams = running_scores.shape
+    scores = log_probs + running_scores.reshape(-1, 1)
+    if banned:
+        scores[np.isin(cols, banned)] = -np.inf
+    flat = (cols + (np.arange(len(cols)) % beams * vocab)[:, None]).reshape(batch, -1)
+    scores = scores.reshape(batch, -1)
+    pick = np.lexsort((flat, -scores))[:, :keep]
+    return np.take_along_axis(flat, pick, axis=1), np.take_along_axis(scores, pick, axis=1)
 
 
 @functools.lru_cache(maxsize=64)

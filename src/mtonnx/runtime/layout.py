@@ -15,6 +15,7 @@ TRANSLATION_STEP = "translation_step.onnx"  # the no-cache baseline: encoder + w
 CROSS_KV = "decoder_cross_kv.onnx"  # tuned variants: the cross-attention K/V once per sentence
 TUNED_STEP = "decoder_with_past_tuned.onnx"  # tuned variants: keys read in place, cross K/V per sentence
 WEIGHTS = "weights.bin"  # tuned variants: every large initializer once, memory-mapped by ONNX Runtime
+SEARCH_HEAD = "search_head.onnx"  # tuned variants: log-softmax and top-k of a step's logits, for beam search
 SEARCH_MODEL = "beam_search.onnx"  # the search inside the graph: ORT's BeamSearch over the split files' graphs
 OUTPUT_ROWS = "output_rows.json"  # restricted variants: the vocab.json id of each logits column, in order
 
@@ -52,6 +53,9 @@ SELF, CROSS = KV[:2], KV[2:]
 # Metadata of the tuned step: how it wants its caches fed.
 SELF_KEYS_KEY, SELF_KEYS_TIME_MAJOR = "mtonnx.self_attention_keys", "time-major"
 CROSS_ATTENTION_KEY, CROSS_PER_SENTENCE = "mtonnx.cross_attention", "per-sentence"
+# The search head (mtonnx.passes.search_head): per row, the top log-probabilities of a step's logits and their columns.
+HEAD_TOP_K = "top_k"  # input beside "logits": how many per row
+HEAD_OUTPUTS = ("top_log_probs", "top_indices")
 
 
 def past_names(layers: int, kinds: tuple[str, ...] = KV) -> list[str]:

@@ -70,8 +70,19 @@ class _MappedRun:
     def narrow_first(self) -> bool:
         return getattr(self._run, "narrow_first", False)
 
+    @property
+    def has_head(self) -> bool:
+        return getattr(self._run, "has_head", False)
+
+    @property
+    def vocab(self) -> int | None:
+        return getattr(self._run, "vocab", None)
+
     def step(self, tokens: np.ndarray) -> np.ndarray:
         return self._run.step(self._ids[tokens])
+
+    def step_top(self, tokens: np.ndarray, k: int) -> tuple[np.ndarray, ...]:
+        return self._run.step_top(self._ids[tokens], k)
 
     def reorder(self, rows: np.ndarray) -> None:
         self._run.reorder(rows)

@@ -55,7 +55,12 @@ class Translator:
         self.settings = _read(self.dir, "generation_config.json", lambda: GenerationSettings.from_dir(self.dir))
         self.max_positions = _read(self.dir, "config.json", lambda: max_positions(self.dir))
         self.output_rows = self._output_rows()
-        loaded = {f: self._session(f, session) for f in LAYOUTS[self.layout]}
+        head = (
+            [layout.SEARCH_HEAD]
+            if self.layout in ("tuned", "lean") and (self.dir / layout.SEARCH_HEAD).is_file()
+            else []
+        )
+        loaded = {f: self._session(f, session) for f in [*LAYOUTS[self.layout], *head]}
         self._check_vocab(loaded[LAYOUTS[self.layout][-1]])
         self.sessions = {f: wrap(f, s) for f, s in loaded.items()} if wrap else loaded
         heap.hold()  # decoding steps reuse the heap instead of faulting it in again (runtime.heap)
@@ -78,7 +83,13 @@ class Translator:
         if self.layout == "no-cache":
             return NoCacheDecoder(s[layout.TRANSLATION_STEP])
         if self.layout in ("tuned", "lean"):
-            return CachedDecoder(s[layout.ENCODER], None, s[LAYOUTS[self.layout][2]], cross_kv=s[layout.CROSS_KV])
+            return CachedDecoder(
+                s[layout.ENCODER],
+                None,
+                s[LAYOUTS[self.layout][2]],
+                cross_kv=s[layout.CROSS_KV],
+                head=s.get(layout.SEARCH_HEAD),
+            )
         if self.layout == "merged":
             return CachedDecoder(s[layout.ENCODER], None, s[layout.DECODER_MERGED])
         return CachedDecoder(s[layout.ENCODER], s[layout.DECODER], s[layout.DECODER_WITH_PAST])

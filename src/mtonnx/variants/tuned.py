@@ -13,12 +13,18 @@ eval set on tiny and on the trained hsk-enzh, the condition for keeping it, but 
    tokens; int8 moved 13-20 of 471 greedy translations of hsk-enzh with BLEU unchanged within 0.02, so the int8
    variants pass notebook 06's quality gate with it instead (a session setting: the files are the same);
 6. weights in one mapped file (passes.weightfile): the tied embedding table stored once and memory-mapped by ORT
-   instead of copied into each session; the same bytes, so the same tokens (memory, not speed).
+   instead of copied into each session; the same bytes, so the same tokens (memory, not speed);
+7. the search head (passes.search_head, layout.SEARCH_HEAD): beam search takes each row's top log-probabilities
+   from ORT's LogSoftmax and TopK instead of passing over the vocabulary in numpy; only the log-softmax's exp and
+   order of summation are MLAS's, and the eval set keeps every token (tested).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import onnx
 
 from mtonnx.runtime import layout
 from mtonnx.variants.build import build_variant, read_manifest
@@ -30,19 +36,27 @@ TUNED = ("fp32-tuned", "int8-tuned")
 def build_tuned(fp32_dir: str | Path, work_dir: str | Path) -> dict[str, str]:
     """`variants/fp32-tuned` and `variants/int8-tuned` (folded, then notebook 06's int8 recipe; each with the
     lean layouts' cross K/V file and the tuned step, its weights in one mapped file), if
-    missing or built before the tuned step existed."""
-    from mtonnx.passes.weightfile import externalize
-
+    missing or built before the search head existed."""
     built = {name: str(Path(work_dir) / "variants" / name) for name in TUNED}
     for name, then in zip(TUNED, (None, dynamic_int8())):
         recipe = read_manifest(built[name]).get("recipe", {})
-        if not (recipe.get("tuned_step") and (Path(built[name]) / layout.WEIGHTS).is_file()):
+        if not (recipe.get("search_head") and (Path(built[name]) / layout.WEIGHTS).is_file()):
             build_variant(
                 name,
                 fp32_dir,
                 built[name],
                 with_tuned_step(with_cross_kv(folded(then))),
-                {"name": name, "fold": True, "weights_file": True, "tuned_step": True},
-                finalize=externalize,
+                {"name": name, "fold": True, "weights_file": True, "tuned_step": True, "search_head": True},
+                finalize=_finalize,
             )
     return built
+
+
+def _finalize(directory: Path) -> dict[str, Any]:
+    """The weights in one mapped file (passes.weightfile), then the search head beside the step (passes.search_head)."""
+    from mtonnx.passes.search_head import search_head_model
+    from mtonnx.passes.weightfile import externalize
+
+    details = externalize(directory)
+    onnx.save(search_head_model(), str(Path(directory) / layout.SEARCH_HEAD))
+    return details
