@@ -66,6 +66,16 @@ def dynamo_export(tiny_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def hsk_export(tmp_path_factory) -> Path:
+    """The trained default model (models/hsk-enzh) exported with torch.export, shared by the tests on real text."""
+    from mtonnx.export.manual import export_manual
+
+    out = tmp_path_factory.mktemp("hsk") / "export_manual"
+    export_manual(REPO / "models" / "hsk-enzh", out, exporter="dynamo")
+    return out
+
+
+@pytest.fixture(scope="session")
 def optimum_dir(tiny_dir, tmp_path_factory) -> Path:
     from mtonnx.export.optimum import export_optimum
 

@@ -9,13 +9,11 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import REPO
 from mtonnx import data
-from mtonnx.export.manual import export_manual
 from mtonnx.measure import benchmark
 from mtonnx.measure.search_graph import same_tokens
 from mtonnx.passes.search_graph import build_search_model
-from mtonnx.runtime import MarianSpmTokenizer, SearchGraph, Translator, layout
+from mtonnx.runtime import MarianSpmTokenizer, ModelDirError, SearchGraph, Translator, layout
 from mtonnx.runtime.tokenizer import pad
 
 SENTENCES = {"hsk_size": 48, "techdocs_size": 8, "eval_split": "test"}
@@ -33,6 +31,11 @@ def search_dir(dynamo_export, tmp_path_factory):
 def rows_of(directory, spec):
     tokenizer = MarianSpmTokenizer(directory)
     return [tokenizer.encode(p.en) for p in data.eval_set(spec)]
+
+
+def test_a_directory_without_the_model_says_how_to_build_it(dynamo_export):
+    with pytest.raises(ModelDirError, match="build_search_model"):
+        SearchGraph(dynamo_export)
 
 
 def test_the_model_holds_one_beam_search_over_the_exports_graphs(search_dir, dynamo_export, tiny):
@@ -65,13 +68,11 @@ def test_forced_lengths_follow_the_runtime_token_for_token(search_dir, dynamo_ex
     assert all(len(row) == 9 for row in wide) and np.asarray(wide).min() >= 0
 
 
-def test_the_trained_model_keeps_the_runtimes_tokens_but_for_a_few(tmp_path_factory):
-    work = tmp_path_factory.mktemp("hsk-search")
-    export_manual(REPO / "models" / "hsk-enzh", work / "export", exporter="dynamo")
-    build_search_model(work / "export", work / "search")
-    rows = rows_of(work / "export", SENTENCES)
+def test_the_trained_model_keeps_the_runtimes_tokens_but_for_a_few(hsk_export, tmp_path):
+    build_search_model(hsk_export, tmp_path / "search")
+    rows = rows_of(hsk_export, SENTENCES)
     for beams in (1, 4):
-        same = same_tokens(str(work / "search"), str(work / "export"), rows, beams, max_new_tokens=64, batch=8)
+        same = same_tokens(str(tmp_path / "search"), str(hsk_export), rows, beams, max_new_tokens=64, batch=8)
         assert same["of"] == len(rows) and same["same"] >= len(rows) - MAX_DIFFERING, (beams, same)
         assert len(same["differing"]) == min(len(rows) - same["same"], 3)
 

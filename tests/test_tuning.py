@@ -15,9 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from conftest import REPO
 from mtonnx import data
-from mtonnx.export.manual import export_manual
 from mtonnx.measure import ablation as ablations
 from mtonnx.measure.probe import import_cost
 from mtonnx.passes import weightfile
@@ -202,15 +200,13 @@ def test_tuned_step_gives_bit_identical_logits_and_the_same_beams_past_the_buffe
         ), beams
 
 
-def test_every_tuning_step_keeps_the_tokens_on_the_trained_model(tmp_path_factory):
+def test_every_tuning_step_keeps_the_tokens_on_the_trained_model(hsk_export, tmp_path_factory):
     work = tmp_path_factory.mktemp("hsk-tuned")
-    source = REPO / "models" / "hsk-enzh"
-    export_manual(source, work / "export_manual", exporter="dynamo")
-    build_variant("int8", work / "export_manual", work / "variants" / "int8", dynamic_int8(), {})
-    tuned = build_tuned(work / "export_manual", work)
+    build_variant("int8", hsk_export, work / "variants" / "int8", dynamic_int8(), {})
+    tuned = build_tuned(hsk_export, work)
     sources = [p.en for p in data.eval_set({"hsk_size": 48, "techdocs_size": 8, "eval_split": "test"})]
     for beams in (1, 4):
-        for plain, tuned_key in ((work / "export_manual", "fp32-tuned"), (work / "variants" / "int8", "int8-tuned")):
+        for plain, tuned_key in ((hsk_export, "fp32-tuned"), (work / "variants" / "int8", "int8-tuned")):
             before = Translator(plain).translate(sources, num_beams=beams, screen_candidates=False)
             after = Translator(tuned[tuned_key]).translate(sources, num_beams=beams)
             assert after == before, (beams, tuned_key)

@@ -98,7 +98,8 @@ class CachedRun:
         """As `step`, then the search head (passes.search_head) on its logits: each row's k largest
         log-probabilities and their columns, [rows, k], largest first."""
         logits = self.step(tokens)
-        return tuple(self.decoder.head.run(list(layout.HEAD_OUTPUTS), {"logits": logits, layout.HEAD_TOP_K: [k]}))
+        feeds = {"logits": logits, layout.HEAD_TOP_K: np.array([k], np.int64)}
+        return tuple(self.decoder.head.run(list(layout.HEAD_OUTPUTS), feeds))
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
         """Feed one token per row; returns the logits of that step, [rows, vocab]."""

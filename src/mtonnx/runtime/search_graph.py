@@ -17,6 +17,7 @@ import numpy as np
 from mtonnx.runtime import layout
 from mtonnx.runtime.decoding import GenerationSettings
 from mtonnx.runtime.sessions import SessionSettings, make_session
+from mtonnx.runtime.translator import ModelDirError
 
 
 class SearchGraph:
@@ -25,6 +26,12 @@ class SearchGraph:
 
     def __init__(self, model_dir: str | Path, session: SessionSettings = SessionSettings()):
         self.dir = Path(model_dir)
+        if not (self.dir / layout.SEARCH_MODEL).is_file():
+            raise ModelDirError(
+                f"{self.dir / layout.SEARCH_MODEL} not found: build it from a variant's split files with "
+                "mtonnx.passes.search_graph.build_search_model(variant_dir, out_dir) (mtonnx bench writes "
+                "<run>/search/int8)"
+            )
         self.settings = GenerationSettings.from_dir(self.dir)
         self.session = make_session(self.dir / layout.SEARCH_MODEL, session)
 
