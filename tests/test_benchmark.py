@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
+from conftest import REPO
 from mtonnx import data
 from mtonnx.measure import benchmark, peers, probe, search_graph
-from mtonnx.params import ENGINES
+from mtonnx.params import ENGINES, load
 from mtonnx.runtime import MarianSpmTokenizer
 
 
@@ -114,3 +116,23 @@ def test_the_search_graph_is_compared_for_tokens_and_timed_beside_the_runtime(pa
         assert s["speedup vs ct2-int8"]["min"] <= s["speedup vs ct2-int8"]["median"] <= s["speedup vs ct2-int8"]["max"]
     engine = peers.Engine("mtonnx-search-int8", paths, 1)
     assert engine.run(rows[:2], 2, 5) == 2 * 5  # the forced length, as every engine
+
+
+def test_the_shortlist_is_timed_beside_the_runtime_and_ct2_with_the_same_list(paths, tmp_path):
+    params = load(REPO / "params" / "ci.yaml")
+    result = benchmark.shortlist(paths, tmp_path, params, ["mtonnx-int8", "ct2-int8"])
+    assert (tmp_path / "ct2" / "int8-vmap" / "vmap.txt").is_file()
+    assert [t["beams"] for t in result["tokens"]] == sorted(params["bench"]["beams"])
+    assert set(result["mean_columns"]) == {f"b{b}" for b in params["bench"]["batches"]}
+    assert result["step_mb"]["b1"] < result["full_step_mb"] and result["gate"] in ("pass", "fail")
+    wanted = {f"{e} ms" for e in ("mtonnx-int8", "mtonnx-shortlist-int8", "ct2-int8", "ct2-vmap-int8")}
+    for row in result["speed"]:
+        assert wanted <= set(row), row
+        for key in benchmark.SHORTLIST_PAIRS:
+            spread = row[f"speedup {key}"]
+            assert spread["min"] <= spread["median"] <= spread["max"]
+    speedups = benchmark.shortlist_speedups(result["speed"])
+    assert set(speedups) == {"vs_mtonnx_int8", "vs_ct2_vmap_int8", "vs_ct2_int8", "ct2_vmap_vs_ct2"}
+    rows = [MarianSpmTokenizer(paths.fp32_export).encode("Hello, teacher!")]
+    vmapped = dataclasses.replace(paths, ct2_vmap_int8=str(tmp_path / "ct2" / "int8-vmap"))
+    assert peers.Engine("ct2-vmap-int8", vmapped, 1).run(rows, 1, 4) == 4  # the forced length, as every engine

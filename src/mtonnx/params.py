@@ -96,6 +96,12 @@ SCHEMA: dict[str, Any] = {
             lo=1,
             hi=10_000_000,
         ),
+        "shortlist_frequent": Field(
+            int, 1000, "lexical shortlist: the most common target pieces, always kept", lo=0, hi=10_000_000
+        ),
+        "shortlist_per_source": Field(
+            int, 50, "lexical shortlist: target pieces each source piece brings (most associated)", lo=0, hi=100_000
+        ),
     },
     "quant": {
         "gate_bleu": Field(

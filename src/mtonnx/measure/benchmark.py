@@ -4,9 +4,11 @@ step, the targets check, and the metrics a run records."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,16 +19,18 @@ from mtonnx import data
 from mtonnx.measure import ablation as ablations
 from mtonnx.measure import peers, restriction, search_graph, step_bytes, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
-from mtonnx.report.artifacts import write_json
+from mtonnx.report.artifacts import staged_dir, write_json
 from mtonnx.runtime import MarianSpmTokenizer
 from mtonnx.runtime.output_rows import OutputRows
-from mtonnx.sources import models
+from mtonnx.sources import models, train
 from mtonnx.variants.restricted import build_restricted
+from mtonnx.variants.shortlist import build_shortlisted, learn_shortlist, vmap_text
 
 RESULTS = "bench.json"
 CORPUS_ENGINES, CORPUS_BATCH, CORPUS_THREADS, CORPUS_REPEATS = ("mtonnx-int8", "ct2-int8"), 32, (1, 2), 3
 CORPUS_TARGET = 1.2  # mtonnx-int8 / ct2-int8 in sentences per second, at each thread count
 RESTRICTED = "int8-tuned-target-vocab"  # int8-tuned with the target side's output rows only (variants.restricted)
+SHORTLISTED = "int8-tuned-shortlist"  # int8-tuned decoding over a lexical shortlist per batch (variants.shortlist)
 HEADLINE_TOKENS = 32  # the output length the headline ratios are read at (the shortest one when not measured)
 TARGETS = {
     **{f"int8_vs_pt_fp32_b{b}{s}": 4.0 for b in (1, 8) for s in ("", "_beam4")},
@@ -112,18 +116,7 @@ def run_benchmark(
     log("the output vocabulary restricted to the target side's rows, against int8-tuned ...")
     cut = Path(run_dir) / "variants" / RESTRICTED
     build_restricted(paths.int8_tuned, cut)  # always from the int8-tuned just measured (seconds at opus scale)
-    restricted = restriction.restriction(
-        paths.int8_tuned,
-        cut,
-        data.eval_set(params["data"]),
-        list(itertools.product(b["batches"], b["beams"])),
-        tokens=headline_tokens(b["tokens"]),
-        gate_bleu=params["quant"]["gate_bleu"],
-        generation=params["generation"],
-        source_prefix=params["model"]["source_prefix"],
-        warmup=b["warmup"],
-        repeats=b["repeats"],
-    )
+    restricted = against_source(paths.int8_tuned, cut, params)
     counts = b["restriction_sizes"]
     log(f"restrictions to {counts} rows (those between the target side's rows and the vocabulary) ...")
     sized = restriction.sizes(
@@ -136,6 +129,8 @@ def run_benchmark(
         warmup=b["warmup"],
         repeats=b["repeats"],
     )
+    log("a lexical shortlist learned from the training pairs, against int8-tuned and CTranslate2 with its vmap ...")
+    shortlisted = shortlist(paths, Path(run_dir), params, engines)
     log("memory after load and after one generation at the largest config, one fresh process per engine ...")
     rss = peers.rss_after_load(engines, paths)
     largest = ((rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
@@ -150,6 +145,7 @@ def run_benchmark(
         "search_graph": search,
         "restricted": restricted,
         "restriction_sizes": sized,
+        "shortlist": shortlisted,
         "corpus": corpus,
         "step_bytes": step_bytes.per_variant(Path(paths.int8_tuned).parent),  # every variant of the run
         "skipped": skipped,
@@ -163,15 +159,91 @@ def run_benchmark(
     return {**out, "path": str(path)}
 
 
+def against_source(
+    source_dir: str | Path, cut_dir: str | Path, params: dict[str, Any], timed: bool = True
+) -> dict[str, Any]:
+    """restriction.restriction of a cut variant against the variant it was cut from, on the params' eval set,
+    generation settings, gate and bench configurations (timed or not)."""
+    b = params["bench"]
+    return restriction.restriction(
+        source_dir,
+        cut_dir,
+        data.eval_set(params["data"]),
+        list(itertools.product(b["batches"], b["beams"])),
+        tokens=headline_tokens(b["tokens"]),
+        gate_bleu=params["quant"]["gate_bleu"],
+        generation=params["generation"],
+        source_prefix=params["model"]["source_prefix"],
+        warmup=b["warmup"],
+        repeats=b["repeats"],
+        timed=timed,
+    )
+
+
+def shortlist(paths: peers.Paths, run_dir: Path, params: dict[str, Any], engines: list[str]) -> dict[str, Any]:
+    """The shortlist learned from the trained model's pairs (HSK train split and glosses) with the params' sizes,
+    int8-tuned shortlisted with it (and CTranslate2 int8 given it as its vocabulary map, when installed): tokens and
+    the quality gate against int8-tuned (restriction.restriction), the mean columns and lm_head bytes per step at
+    each batch size, and the four engines timed in turn at each (batch, beams), 1 thread."""
+    b, prefix = params["bench"], params["model"]["source_prefix"]
+    tokenizer = MarianSpmTokenizer(paths.int8_tuned)
+    pairs = train.training_pairs(train.RECIPE)
+    learned = learn_shortlist(pairs, tokenizer, b["shortlist_frequent"], b["shortlist_per_source"], prefix)
+    listed = Path(run_dir) / "variants" / SHORTLISTED
+    build_shortlisted(paths.int8_tuned, listed, learned)
+    vmap = Path(run_dir) / "ct2" / "int8-vmap"
+    with_ct2 = "ct2-int8" in engines
+    if with_ct2:
+        with staged_dir(vmap) as tmp:
+            for path in Path(paths.ct2_int8).iterdir():
+                shutil.copy2(path, tmp / path.name)
+            (tmp / "vmap.txt").write_text(vmap_text(learned, tokenizer), encoding="utf-8")
+    paths = dataclasses.replace(paths, shortlist_int8=str(listed), ct2_vmap_int8=str(vmap))
+    result = against_source(paths.int8_tuned, listed, params, timed=False)  # timed below, beside CTranslate2
+    rows = [tokenizer.encode(f"{prefix} {p.en}".strip()) for p in data.eval_set(params["data"])]
+    columns = result["mean_columns"]
+    decoder, column = step_bytes.step_bytes(listed), step_bytes.column_bytes(listed)  # the lm_head is fed
+    names = ["mtonnx-int8", "mtonnx-shortlist-int8", *(["ct2-int8", "ct2-vmap-int8"] if with_ct2 else [])]
+    tokens = headline_tokens(b["tokens"])
+    configs = [peers.Config(batch, beams, 1, tokens) for batch, beams in itertools.product(b["batches"], b["beams"])]
+    timed = peers.run_configs(names, paths, configs, rows, max(b["warmup"], 1), b["repeats"])
+    return {
+        **{k: v for k, v in result.items() if k != "speed"},
+        "learned": learned["learned"],
+        "always": len(learned["always"]),
+        "step_mb": {k: round((decoder + n * column) / 2**20, 2) for k, n in columns.items()},
+        "full_step_mb": round(step_bytes.step_bytes(paths.int8_tuned) / 2**20, 2),
+        "speed": [shortlist_speed(timed, config) for config in configs],
+    }
+
+
+SHORTLIST_PAIRS = {  # (faster?, than): the paired speedups read off the shortlist's timing
+    "vs mtonnx-int8": ("mtonnx-shortlist-int8", "mtonnx-int8"),
+    "vs ct2-vmap-int8": ("mtonnx-shortlist-int8", "ct2-vmap-int8"),
+    "vs ct2-int8": ("mtonnx-shortlist-int8", "ct2-int8"),
+    "ct2 vmap vs ct2": ("ct2-vmap-int8", "ct2-int8"),
+}
+
+
+def shortlist_speed(results: list[dict[str, Any]], config: peers.Config) -> dict[str, Any]:
+    """One configuration of the shortlist's timing: each engine's median ms and the paired speedups."""
+    by = {r["engine"]: r for r in results if r["config"] == config.name}
+    row: dict[str, Any] = {"batch": config.batch, "beams": config.beams}
+    row.update({f"{name} ms": r["median_ms"] for name, r in by.items()})
+    for key, (fast, slow) in SHORTLIST_PAIRS.items():
+        if fast in by and slow in by:
+            row[f"speedup {key}"] = paired_ratio(by[slow]["times_ms"], by[fast]["times_ms"])
+    return row
+
+
 def search_graph_metrics(search: dict[str, Any]) -> dict[str, Any]:
     """The search graph's sentences with the runtime's tokens per beam count, and its paired median speedups."""
-    config = lambda s: f"b{s['batch']}" + (f"_beam{s['beams']}" if s["beams"] > 1 else "")  # noqa: E731
     return {
         "sentences": search["sentences"],
         "same_tokens": {f"beam{beams}": same["same"] for beams, same in search["same_tokens"].items()},
         **{
             f"speedup_vs_{name.replace('-', '_')}": {
-                config(s): (s.get(f"speedup vs {name}") or {}).get("median") for s in search["speed"]
+                config_key(s): (s.get(f"speedup vs {name}") or {}).get("median") for s in search["speed"]
             }
             for name in ("mtonnx-int8", "ct2-int8")
         },
@@ -371,15 +443,32 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
         "bytes_per_token": result["step_bytes"],
         "restricted": result["restricted"],
         "restricted_rows": {
-            str(r["rows"]): {
-                "step_mb": r["step_mb"],
-                **{
-                    f"speedup_b{s['batch']}" + (f"_beam{s['beams']}" if s["beams"] > 1 else ""): (
-                        s["speedup_per_repetition"] or {}
-                    ).get("median")
-                    for s in r["speed"]
-                },
-            }
+            str(r["rows"]): {"step_mb": r["step_mb"], **speedups(r["speed"])}
             for r in result.get("restriction_sizes", [])
         },
+        **(
+            {"shortlist": {**result["shortlist"], "speedup": shortlist_speedups(result["shortlist"]["speed"])}}
+            if "shortlist" in result
+            else {}
+        ),
     }
+
+
+def shortlist_speedups(speed: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per pair of SHORTLIST_PAIRS, the paired median speedup of each configuration (b<batch>[_beam<beams>])."""
+    return {
+        key.replace(" ", "_").replace("-", "_"): {
+            config_key(s): (s.get(f"speedup {key}") or {}).get("median") for s in speed
+        }
+        for key in SHORTLIST_PAIRS
+    }
+
+
+def speedups(speed: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The paired median speedup of each (batch, beams) row, keyed speedup_b<batch>[_beam<beams>]."""
+    return {f"speedup_{config_key(s)}": (s["speedup_per_repetition"] or {}).get("median") for s in speed}
+
+
+def config_key(row: dict[str, Any]) -> str:
+    """b<batch>, plus _beam<beams> above one beam: how a (batch, beams) row is keyed in the metrics."""
+    return f"b{row['batch']}" + (f"_beam{row['beams']}" if row["beams"] > 1 else "")

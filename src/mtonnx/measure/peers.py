@@ -51,6 +51,8 @@ class Paths:
     ct2_int8: str
     search_fp32: str  # the search inside the graph (measure.search_graph) over fp32-tuned's split files
     search_int8: str  # ... over int8-tuned's: what mtonnx-search-int8 loads
+    shortlist_int8: str = ""  # int8-tuned over a lexical shortlist (measure.benchmark.shortlist builds it) ...
+    ct2_vmap_int8: str = ""  # ... and CTranslate2 int8 with the same list as its vocabulary map (vmap.txt)
 
 
 def prepare(
@@ -142,12 +144,20 @@ class Engine:
 
         self.model = SearchGraph(self.paths.search_int8, SessionSettings(threads=self.threads))
 
-    def _load_ct2(self) -> None:
+    def _load_mtonnx_shortlist(self) -> None:
+        from mtonnx.runtime import SessionSettings, Translator
+
+        self.model = Translator(self.paths.shortlist_int8, session=SessionSettings(threads=self.threads))
+
+    def _load_ct2_vmap(self) -> None:
+        self._load_ct2(self.paths.ct2_vmap_int8)
+
+    def _load_ct2(self, directory: str | None = None) -> None:
         import ctranslate2
 
         from mtonnx.runtime import MarianSpmTokenizer
 
-        directory = self.paths.ct2_int8 if self.precision == "int8" else self.paths.ct2_fp32
+        directory = directory or (self.paths.ct2_int8 if self.precision == "int8" else self.paths.ct2_fp32)
         self.model = ctranslate2.Translator(
             directory,
             device="cpu",
@@ -173,16 +183,21 @@ class Engine:
 
     def run(self, rows: list[list[int]], beams: int, tokens: int) -> int:
         """Generate; returns the number of generated tokens (to check that lengths were really forced)."""
-        if self.kind == "ct2":
+        if self.kind in ("ct2", "ct2-vmap"):
             source = [[self.pieces[i] for i in row] for row in rows]
             out = self.model.translate_batch(
-                source, beam_size=beams, max_decoding_length=tokens, min_decoding_length=tokens, num_hypotheses=1
+                source,
+                beam_size=beams,
+                max_decoding_length=tokens,
+                min_decoding_length=tokens,
+                num_hypotheses=1,
+                use_vmap=self.kind == "ct2-vmap",
             )
             return sum(len(r.hypotheses[0]) for r in out)
         from mtonnx.runtime.tokenizer import pad
 
         ids, mask = pad(rows, self.pad_id)
-        if self.kind in ("mtonnx", "mtonnx-search"):  # the search graph has no forced eos: `tokens` without eos
+        if self.kind.startswith("mtonnx"):  # the search graph has no forced eos: `tokens` without eos
             out = self.model.generate(ids, mask, num_beams=beams, max_new_tokens=tokens, min_length=tokens + 1)
             return sum(len(r) for r in out)
         import torch

@@ -1,12 +1,15 @@
-"""Notebook 07's restricted output vocabulary (variants.restricted), measured against the variant it was cut from:
-whether the tokens stay the same (verified per sentence, not assumed), the quality gate where they do not, and
-the speed per configuration (repetitions interleaved, paired ratios)."""
+"""Notebook 07's restricted output vocabulary (variants.restricted) and lexical shortlist (variants.shortlist),
+each measured against the variant it was cut from: whether the tokens stay the same (verified per sentence, not
+assumed), the quality gate where they do not, and the speed per configuration (repetitions interleaved, paired
+ratios)."""
 
 from __future__ import annotations
 
 import functools
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from mtonnx.measure import quality, verdicts
 from mtonnx.measure.step_bytes import step_bytes
@@ -26,16 +29,31 @@ def same_tokens(
     source_prefix: str = "",
 ) -> dict[str, Any]:
     """Per sentence, the ids of both at `beams` and `max_new_tokens`: identical, different where the full
-    model chose a removed row (expected), or different although it did not (the restriction changed a choice).
+    model chose a removed row (expected), or different although it did not (the restriction changed a choice; a
+    shortlist can at beam > 1: it normalizes each beam's scores over the list only).
     One sentence per call: dynamic int8 quantizes a batch's activations with one scale, so in a batch a row's
     logits also move when another row chose a removed token."""
-    kept = set(cut.output_rows.ids.tolist())
     counts = {"identical": 0, "differ_removed_row_chosen": 0, "differ_otherwise": 0}
     for source in sources:
         ids, mask = full.tokenizer.batch([source], source_prefix)
+        kept = set(kept_rows(cut, ids, mask).tolist())
         a, b = (t.generate(ids, mask, num_beams=beams, max_new_tokens=max_new_tokens)[0] for t in (full, cut))
         counts["identical" if a == b else "differ_removed_row_chosen" if set(a) - kept else "differ_otherwise"] += 1
     return {"beams": beams, "sentences": len(sources), **counts}
+
+
+def kept_rows(cut: Translator, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """The vocabulary ids `cut` may choose from for this batch: its shortlist's, else its restriction's."""
+    if cut.shortlist is not None:
+        return cut.shortlist.rows(input_ids, attention_mask).ids
+    return cut.output_rows.ids
+
+
+def mean_columns(cut: Translator, rows: list[list[int]], batch: int) -> float:
+    """Columns per batch of `batch` encoded rows (length-sorted, as translate batches them), averaged."""
+    order = sorted(rows, key=len)
+    chunks = [pad(order[i : i + batch], cut.tokenizer.pad_token_id) for i in range(0, len(order), batch)]
+    return round(float(np.mean([len(kept_rows(cut, *chunk)) for chunk in chunks])), 1)
 
 
 def restriction(
@@ -50,9 +68,11 @@ def restriction(
     warmup: int = 1,
     repeats: int = 5,
     threads: int = 1,
+    timed: bool = True,
 ) -> dict[str, Any]:
     """Tokens per beam setting of `configs`, the gate on `pairs` (the eval set) translated with `generation`
-    (params' num_beams, max_new_tokens, batch_size), and speed at each (batch, beams) with `tokens` forced."""
+    (params' num_beams, max_new_tokens, batch_size), the mean columns per batch size, and (`timed`) speed at each
+    (batch, beams) with `tokens` forced."""
     session = SessionSettings(threads=threads)
     full, cut = Translator(full_dir, session=session), Translator(cut_dir, session=session)
     sources, references = [p.en for p in pairs], [p.zh for p in pairs]
@@ -71,13 +91,15 @@ def restriction(
     }
     bootstrap = quality.paired_bootstrap(hypotheses["full"], {"cut": hypotheses["cut"]}, references)["systems"]["cut"]
     rows = [full.tokenizer.encode(f"{source_prefix} {s}".strip()) for s in sources]
+    columns = {f"b{batch}": mean_columns(cut, rows, batch) for batch in sorted({b for b, _ in configs})}
     speed = [
         {**{k: v for k, v in r.items() if k != "ms"}, "restricted_ms": r["ms"]}
-        for r in against_full(full, {"cut": cut}, rows, configs, tokens, warmup, repeats)["cut"]
+        for r in against_full(full, {"cut": cut}, rows, configs if timed else [], tokens, warmup, repeats)["cut"]
     ]
     return {
         "vocab": full.tokenizer.vocab_size,
-        "rows_kept": len(cut.output_rows),
+        "rows_kept": len(cut.output_rows) if cut.output_rows is not None else None,  # None: a shortlist
+        "mean_columns": columns,  # per batch size: the columns a batch decodes over, on average
         "tokens": checks,
         "bleu": bootstrap["bleu"],
         "bleu_delta": bootstrap["bleu_delta"],

@@ -1,5 +1,6 @@
 """Weight bytes one decoding step reads, measured from a variant's step file as stored: int8 or 4-bit packing,
-scales and zero points included, the lm_head as kept (restricted variants). `benchmark.bytes_per_token` counts
+scales and zero points included, the lm_head as kept (restricted variants; a shortlisted variant's is fed per
+batch: column_bytes). `benchmark.bytes_per_token` counts
 parameters for the bandwidth bound; this compares variants whose storage differs (MatMulNBits blocks, fp16).
 
 An embedding table read by a Gather (or GatherBlockQuantized) costs one row per token, so it is left out unless
@@ -33,9 +34,18 @@ def step_bytes(model_dir: str | Path) -> int | None:
 
 
 def per_variant(variants_dir: str | Path) -> dict[str, int]:
-    """step_bytes of every variant directory under `variants_dir` that has a step file, by name."""
-    sizes = {d.name: step_bytes(d) for d in sorted(Path(variants_dir).iterdir()) if d.is_dir()}
+    """step_bytes of every variant directory under `variants_dir` that has a step file, by name; shortlisted
+    variants are left out (the lm_head columns they read depend on the batch: column_bytes)."""
+    dirs = [d for d in sorted(Path(variants_dir).iterdir()) if d.is_dir() and not (d / layout.SHORTLIST).is_file()]
+    sizes = {d.name: step_bytes(d) for d in dirs}
     return {name: size for name, size in sizes.items() if size is not None}
+
+
+def column_bytes(model_dir: str | Path) -> int:
+    """Bytes a shortlisted variant's step reads per lm_head column it is fed: a weight column and a bias entry."""
+    with np.load(Path(model_dir) / layout.HEAD_COLUMNS) as head:
+        weight, bias = (head[name] for name in layout.HEAD_COLUMN_INPUTS)
+        return weight.shape[0] * weight.itemsize + bias.itemsize
 
 
 def _nbytes(tensor: onnx.TensorProto) -> int:

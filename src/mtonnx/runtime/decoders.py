@@ -77,6 +77,7 @@ class CachedRun:
         self.decoder, self.hidden, self.mask = decoder, hidden, mask
         self.cache: KVCache | None = None
         self.keys: TimeMajorKeys | None = None
+        self.columns: dict[str, np.ndarray] = {}  # a shortlisted variant's lm_head columns (runtime.shortlist)
         self.widen = 1  # > 1: one row per sentence so far; the first reorder repeats each for its beams
 
     @property
@@ -87,12 +88,16 @@ class CachedRun:
     @property
     def has_head(self) -> bool:
         """Whether `step_top` can answer beam search (decoding.Run): the variant has the search head file."""
-        return self.decoder.head is not None and self.decoder.vocab is not None
+        return self.decoder.head is not None and self.vocab is not None
 
     @property
     def vocab(self) -> int | None:
-        """The logits' columns, as the step graph states them."""
-        return self.decoder.vocab
+        """The logits' columns: the shortlisted columns fed, else as the step graph states them."""
+        return self.columns[layout.HEAD_COLUMN_INPUTS[1]].shape[-1] if self.columns else self.decoder.vocab
+
+    def feed_columns(self, columns: dict[str, np.ndarray]) -> None:
+        """Feed these lm_head columns (layout.HEAD_COLUMN_INPUTS) at every step of this run."""
+        self.columns = columns
 
     def step_top(self, tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """As `step`, then the search head (passes.search_head) on its logits: each row's k largest
@@ -107,13 +112,14 @@ class CachedRun:
         ids = tokens.reshape(-1, 1).astype(np.int64, copy=False)
         if self.cache is None:
             feeds = {"input_ids": ids, "encoder_hidden_states": self.hidden, "encoder_attention_mask": self.mask}
+            feeds.update(self.columns)
             if d.merged:
                 empty = np.zeros((ids.shape[0], d.heads, 0, d.head_dim), dtype=np.float32)
                 feeds.update(dict.fromkeys(d.past_names, empty), use_cache_branch=np.array([False]))
             logits, *present = d.first.run(d.first_outputs, feeds)
             self.cache = KVCache.from_present(present)  # the cross K/V: computed once, reused every step
         else:
-            feeds = {"input_ids": ids, "encoder_attention_mask": self.mask}
+            feeds = {"input_ids": ids, "encoder_attention_mask": self.mask, **self.columns}
             feeds.update(zip(d.past_names, self.cache.tensors(self.keys.pasts() if self.keys is not None else None)))
             if d.merged:
                 feeds.update(encoder_hidden_states=self.hidden, use_cache_branch=np.array([True]))

@@ -18,6 +18,8 @@ WEIGHTS = "weights.bin"  # tuned variants: every large initializer once, memory-
 SEARCH_HEAD = "search_head.onnx"  # tuned variants: log-softmax and top-k of a step's logits, for beam search
 SEARCH_MODEL = "beam_search.onnx"  # the search inside the graph: ORT's BeamSearch over the split files' graphs
 OUTPUT_ROWS = "output_rows.json"  # restricted variants: the vocab.json id of each logits column, in order
+SHORTLIST = "shortlist.json"  # shortlisted variants: the target ids always kept, and those each source id brings
+HEAD_COLUMNS = "lm_head_columns.npz"  # shortlisted variants: the lm_head weight and bias a batch's columns come from
 
 EXPORT_MANIFEST = "export_manifest.json"
 VARIANT_MANIFEST = "variant_manifest.json"
@@ -56,6 +58,8 @@ CROSS_ATTENTION_KEY, CROSS_PER_SENTENCE = "mtonnx.cross_attention", "per-sentenc
 # The search head (mtonnx.passes.search_head): per row, the top log-probabilities of a step's logits and their columns.
 HEAD_TOP_K = "top_k"  # input beside "logits": how many per row
 HEAD_OUTPUTS = ("top_log_probs", "top_indices")
+# A shortlisted variant's decoders take the lm_head's weight and bias columns a batch may choose from as inputs.
+HEAD_COLUMN_INPUTS = ("lm_head.weight_columns", "lm_head.bias_columns")
 
 
 def past_names(layers: int, kinds: tuple[str, ...] = KV) -> list[str]:

@@ -22,11 +22,16 @@ from mtonnx.runtime.decoding import GenerationSettings, Run
 class OutputRows:
     """The vocab.json id of each logits column (`ids`, ascending) and the column of each kept id."""
 
-    def __init__(self, ids: list[int]):
+    def __init__(self, ids: list[int] | np.ndarray):
         self.ids = np.asarray(ids, dtype=np.int64)
         if self.ids.ndim != 1 or len(self.ids) == 0 or (np.diff(self.ids) <= 0).any() or self.ids[0] < 0:
             raise ValueError("output rows must be a non-empty, strictly ascending list of vocabulary ids")
-        self.column = {int(i): c for c, i in enumerate(self.ids)}
+
+    def column(self, i: int) -> int | None:
+        """The logits column of vocabulary id `i`, None if it has none (a binary search: built per batch for a
+        shortlist, the map is never materialized)."""
+        c = int(np.searchsorted(self.ids, i))
+        return c if c < len(self.ids) and self.ids[c] == i else None
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> OutputRows | None:
@@ -45,11 +50,12 @@ class OutputRows:
             "pad_token_id": s.pad_token_id,
             **({"forced_eos_token_id": s.forced_eos_token_id} if s.forced_eos_token_id is not None else {}),
         }
-        missing = [f"{name} {i}" for name, i in needed.items() if i not in self.column]
+        columns = {name: self.column(i) for name, i in needed.items()}
+        missing = [f"{name} {needed[name]}" for name, c in columns.items() if c is None]
         if missing:
             raise ValueError(f"{layout.OUTPUT_ROWS} leaves out {', '.join(missing)}: the restriction must keep them")
-        bad = tuple(self.column[i] for i in s.bad_token_ids if i in self.column)
-        return replace(s, **{name: self.column[i] for name, i in needed.items()}, bad_token_ids=bad)
+        bad = tuple(c for c in map(self.column, s.bad_token_ids) if c is not None)
+        return replace(s, **columns, bad_token_ids=bad)
 
     def run(self, run: Run) -> Run:
         """`run` fed vocabulary ids for the columns the decoding loop picks."""

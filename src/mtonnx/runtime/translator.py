@@ -3,7 +3,8 @@
 Accepts the hand export (notebook 02), optimum's split files, optimum's merged decoder, or a tuned variant's
 tuned or lean files (mtonnx.variants.tuned; preferred when present): the layouts of `runtime.layout`.
 Generation defaults come from the directory's generation_config.json, as with `generate`. A restricted variant
-(layout.OUTPUT_ROWS) decodes over its logits columns and returns vocab.json ids (runtime.output_rows).
+(layout.OUTPUT_ROWS) decodes over its logits columns and returns vocab.json ids (runtime.output_rows); a
+shortlisted one (layout.SHORTLIST) over the columns each batch's shortlist keeps (runtime.shortlist).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from mtonnx.runtime.decoding import GenerationSettings
 from mtonnx.runtime.layout import LAYOUTS
 from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.runtime.sessions import SessionSettings, make_session
+from mtonnx.runtime.shortlist import Shortlist
 from mtonnx.runtime.tokenizer import MarianSpmTokenizer, pad
 
 MAX_BATCH = 256  # sentences per model call at most: memory grows with it (a batch of 1000 held GBs)
@@ -55,6 +57,7 @@ class Translator:
         self.settings = _read(self.dir, "generation_config.json", lambda: GenerationSettings.from_dir(self.dir))
         self.max_positions = _read(self.dir, "config.json", lambda: max_positions(self.dir))
         self.output_rows = self._output_rows()
+        self.shortlist = self._shortlist()
         head = (
             [layout.SEARCH_HEAD]
             if self.layout in ("tuned", "lean") and (self.dir / layout.SEARCH_HEAD).is_file()
@@ -107,10 +110,35 @@ class Translator:
                 "rebuild the restricted variant (mtonnx.variants.restricted)"
             ) from None
 
+    def _shortlist(self) -> Shortlist | None:
+        """The directory's shortlist (None: none), checked against the generation ids and the other restriction."""
+        try:
+            shortlist = Shortlist.from_dir(self.dir)
+            if shortlist is not None:
+                if self.output_rows is not None:
+                    raise ValueError(f"the directory also has {layout.OUTPUT_ROWS}: shortlist a full variant")
+                if self.layout not in ("tuned", "lean", "split"):
+                    raise ValueError(f"a shortlist needs a variant's decoder files, not the {self.layout} layout")
+                OutputRows(shortlist.always.tolist()).settings(self.settings)
+            return shortlist
+        except (OSError, ValueError, TypeError, KeyError) as err:
+            raise ModelDirError(
+                f"{self.dir / layout.SHORTLIST} is not a usable shortlist ({' '.join(str(err).split())[:160]}); "
+                "rebuild the shortlisted variant (mtonnx.variants.shortlist)"
+            ) from None
+
     def _check_vocab(self, session) -> None:
         logits = next(o for o in session.get_outputs() if o.name == "logits")
         size = logits.shape[-1]
-        if self.output_rows is not None:
+        if self.shortlist is not None:
+            inputs = {i.name for i in session.get_inputs()}
+            if self.shortlist.vocab != self.tokenizer.vocab_size or not inputs.issuperset(layout.HEAD_COLUMN_INPUTS):
+                raise ModelDirError(
+                    f"{self.dir}: {layout.HEAD_COLUMNS} has {self.shortlist.vocab} lm_head columns for a "
+                    f"{self.tokenizer.vocab_size}-entry vocab.json, or the decoder takes no lm_head columns: rebuild "
+                    "the shortlisted variant (mtonnx.variants.shortlist)"
+                )
+        elif self.output_rows is not None:
             if size != len(self.output_rows) or self.output_rows.ids[-1] >= self.tokenizer.vocab_size:
                 raise ModelDirError(
                     f"{self.dir}: {layout.OUTPUT_ROWS} lists {len(self.output_rows)} vocabulary rows (of "
@@ -134,9 +162,12 @@ class Translator:
     def _generate(self, input_ids: np.ndarray, attention_mask: np.ndarray, **options) -> list[list[int]]:
         settings = self.settings.with_options(**options)
         run = self.decoder.begin(input_ids, attention_mask, expand=settings.num_beams)
-        if self.output_rows is None:
-            return decoding.generate(run, input_ids.shape[0], settings)
         rows = self.output_rows
+        if self.shortlist is not None:
+            rows = self.shortlist.rows(input_ids, attention_mask)
+            run.feed_columns(self.shortlist.feeds(rows))
+        if rows is None:
+            return decoding.generate(run, input_ids.shape[0], settings)
         return rows.vocabulary_ids(decoding.generate(rows.run(run), input_ids.shape[0], rows.settings(settings)))
 
     def generate_sorted(

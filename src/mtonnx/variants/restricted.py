@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +23,39 @@ from mtonnx.variants.build import read_manifest
 def build_restricted(source_dir: str | Path, out_dir: str | Path, rows: list[int] | None = None) -> dict[str, Any]:
     """`source_dir` (a variant with an untied lm_head) with its logits restricted to `rows` (default: the target
     side's, passes.output_rows.target_rows) into `out_dir`; returns the manifest."""
+    rows = target_rows(source_dir) if rows is None else sorted(set(rows))
+    files = lambda: {layout.OUTPUT_ROWS: (json.dumps(rows) + "\n").encode()}  # noqa: E731
+    return rewrite_decoders(source_dir, out_dir, lambda model: restrict(model, rows), files, {"output_rows": len(rows)})
+
+
+def rewrite_decoders(
+    source_dir: str | Path,
+    out_dir: str | Path,
+    rewrite: Callable[[onnx.ModelProto], dict[str, Any]],
+    files: Callable[[], dict[str, bytes]],
+    recipe: dict[str, Any],
+) -> dict[str, Any]:
+    """`source_dir` with `rewrite` applied to every graph that outputs logits, `files()` written beside them and
+    `recipe` added to its manifest's, into `out_dir` (staged, then moved); returns the manifest."""
     source, start = Path(source_dir), time.perf_counter()
-    rows = target_rows(source) if rows is None else sorted(set(rows))
     manifest = read_manifest(source)
     with staged_dir(out_dir) as tmp:
         details = {}
         for path in sorted(source.glob("*.onnx")):
             model = onnx.load(str(path))  # external data too: the staged files are inline until externalize
             outputs = {o.name for o in model.graph.output}
-            details[path.name] = restrict(model, rows) if "logits" in outputs else {"kept": "all (no logits)"}
+            details[path.name] = rewrite(model) if "logits" in outputs else "unchanged (no logits)"
             onnx.save(model, str(tmp / path.name))
         for path in source.iterdir():
             if path.is_file() and path.suffix != ".onnx" and path.name not in (layout.WEIGHTS, layout.VARIANT_MANIFEST):
                 shutil.copy2(path, tmp / path.name)
-        (tmp / layout.OUTPUT_ROWS).write_text(json.dumps(rows) + "\n", encoding="utf-8")
+        for name, content in files().items():
+            (tmp / name).write_bytes(content)
         name = Path(out_dir).name
         manifest = {
             **manifest,
             "variant": name,
-            "recipe": {**manifest.get("recipe", {}), "name": name, "output_rows": len(rows), "from": source.name},
+            "recipe": {**manifest.get("recipe", {}), "name": name, **recipe, "from": source.name},
             "restriction": details,
             "seconds": round(time.perf_counter() - start, 2),
         }
