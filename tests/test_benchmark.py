@@ -11,6 +11,7 @@ from conftest import REPO
 from mtonnx import data
 from mtonnx.measure import benchmark, peers, probe, search_graph
 from mtonnx.params import ENGINES, load
+from mtonnx.report.fingerprint import fingerprint
 from mtonnx.runtime import MarianSpmTokenizer
 
 
@@ -131,6 +132,11 @@ def test_the_shortlist_is_timed_beside_the_runtime_and_ct2_with_the_same_list(pa
         for key in benchmark.SHORTLIST_PAIRS:
             spread = row[f"speedup {key}"]
             assert spread["min"] <= spread["median"] <= spread["max"]
+    slower = json.loads(json.dumps(result))  # the same run with every timing doubled: the same fingerprint
+    for row in slower["speed"]:
+        row.update({k: v * 2 for k, v in row.items() if k.endswith(" ms")})
+    prints = [fingerprint(tmp_path / "none", {"bench": {"shortlist": r}})["fingerprint"] for r in (result, slower)]
+    assert prints[0] == prints[1]
     speedups = benchmark.shortlist_speedups(result["speed"])
     assert set(speedups) == {"vs_mtonnx_int8", "vs_ct2_vmap_int8", "vs_ct2_int8", "ct2_vmap_vs_ct2"}
     rows = [MarianSpmTokenizer(paths.fp32_export).encode("Hello, teacher!")]

@@ -47,6 +47,7 @@ TIMING_KEYS = (
     "bench.results",
     "bench.ablation",
     "bench.restricted.speed",
+    "bench.shortlist.speed",
     "pitfalls.each.no cache",
     "pitfalls.reproduced",
 )
