@@ -217,7 +217,7 @@ def shortlist(paths: peers.Paths, run_dir: Path, params: dict[str, Any], engines
     }
 
 
-SHORTLIST_PAIRS = {  # (faster?, than): the paired speedups read off the shortlist's timing
+SHORTLIST_PAIRS = {  # (engine, baseline): baseline ms / engine ms, paired, read off the shortlist's timing
     "vs mtonnx-int8": ("mtonnx-shortlist-int8", "mtonnx-int8"),
     "vs ct2-vmap-int8": ("mtonnx-shortlist-int8", "ct2-vmap-int8"),
     "vs ct2-int8": ("mtonnx-shortlist-int8", "ct2-int8"),

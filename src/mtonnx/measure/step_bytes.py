@@ -1,7 +1,7 @@
 """Weight bytes one decoding step reads, measured from a variant's step file as stored: int8 or 4-bit packing,
 scales and zero points included, the lm_head as kept (restricted variants; a shortlisted variant's is fed per
-batch: column_bytes). `benchmark.bytes_per_token` counts
-parameters for the bandwidth bound; this compares variants whose storage differs (MatMulNBits blocks, fp16).
+batch: column_bytes). `benchmark.bytes_per_token` counts parameters for the bandwidth bound; this compares variants
+whose storage differs (MatMulNBits blocks, fp16).
 
 An embedding table read by a Gather (or GatherBlockQuantized) costs one row per token, so it is left out unless
 another node (a tied lm_head) reads it whole. The cross-attention K/V projections are not in the step files of the

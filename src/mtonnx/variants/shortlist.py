@@ -34,8 +34,8 @@ def learn_shortlist(
     source_prefix: str = "",
 ) -> dict[str, Any]:
     """The shortlist of (English, Chinese) `pairs`: {"always": the special ids and the `frequent` most common
-    target ids, "by_source": {source id: up to `per_source` target ids, most co-occurring first}, "learned": the
-    counts behind it}. Ties go to the lower id, so the same pairs always give the same lists."""
+    target ids, "by_source": {source id: its `per_source` most associated target ids (Dice), ascending}, "learned":
+    the counts behind it}. Ties go to the lower id, so the same pairs always give the same lists."""
     if frequent < 0 or per_source < 0:
         raise ValueError(f"frequent and per_source must be >= 0, got {frequent} and {per_source}")
     specials = sorted(tokenizer.special_ids)
