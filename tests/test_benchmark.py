@@ -79,10 +79,31 @@ def test_paired_ratios_divide_repetition_by_repetition():
     assert paired["int8_vs_ct2_int8_b8"] is None
 
 
-def test_memory_probe_counts_what_the_loaded_object_holds():
-    empty = probe.import_cost("None", repeats=1)["rss_mb"]
-    held = probe.import_cost("bytearray(300 * 2**20)", repeats=1)["rss_mb"]  # a final expression, never bound
-    assert held - empty >= 290
+def test_memory_probe_counts_what_the_loaded_object_holds_by_kind(tmp_path):
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"\1" * (64 << 20))
+    read = (
+        f"import mmap\nfile = open({str(weights)!r}, 'rb')\n"
+        "mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "sum(mapped[i] for i in range(0, len(mapped), 4096))\nmapped"
+    )
+    codes = {
+        "empty": "None",
+        "held": "bytearray(300 * 2**20)",  # a final expression, never bound: kept alive until memory is read
+        "read": read,
+        "imported": "import onnxruntime",
+    }
+    probed = {name: probe.import_cost(code, repeats=1) for name, code in codes.items()}
+    for p in probed.values():
+        assert abs(sum(p["rss_kinds_mb"].values()) - p["rss_mb"]) < 1.0, p
+    grew = {
+        name: {kind: p["rss_kinds_mb"][kind] - probed["empty"]["rss_kinds_mb"][kind] for kind in p["rss_kinds_mb"]}
+        for name, p in probed.items()
+    }
+    assert probed["held"]["rss_mb"] - probed["empty"]["rss_mb"] >= 290
+    assert grew["held"]["anonymous"] >= 290 and abs(grew["held"]["libraries"]) < 1, grew
+    assert grew["read"]["files"] >= 63 and grew["read"]["anonymous"] < 8, grew
+    assert grew["imported"]["libraries"] > 5, grew  # onnxruntime's shared library, read at import
 
 
 def test_corpus_runs_translate_every_sentence_at_its_own_length(paths):

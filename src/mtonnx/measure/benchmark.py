@@ -132,14 +132,15 @@ def run_benchmark(
     log("a lexical shortlist learned from the training pairs, against int8-tuned and CTranslate2 with its vmap ...")
     shortlisted = shortlist(paths, Path(run_dir), params, engines)
     log("memory after load and after one generation at the largest config, one fresh process per engine ...")
-    rss = peers.rss_after_load(engines, paths)
+    loaded = peers.rss_after_load(engines, paths)
     largest = ((rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
-    rss_run = peers.rss_after_load(engines, paths, run=largest)
+    ran = peers.rss_after_load(engines, paths, run=largest)
     out = {
         "results": results,
         "ablation": ablation,
-        "rss_mb": rss,
-        "rss_after_run_mb": rss_run,
+        "rss_mb": {name: m["rss_mb"] for name, m in loaded.items()},
+        "rss_after_run_mb": {name: m["rss_mb"] for name, m in ran.items()},
+        "rss_kinds_mb": {"after_load": _kinds(loaded), "after_run": _kinds(ran)},
         "memory_ablation": ablations.memory_ablation(tuned),
         "retirement": retired,
         "search_graph": search,
@@ -157,6 +158,11 @@ def run_benchmark(
     }
     path = write_json(Path(run_dir) / RESULTS, out)
     return {**out, "path": str(path)}
+
+
+def _kinds(memory: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each engine's resident memory by kind (peers.rss_after_load), where the platform tells it."""
+    return {name: m["kinds_mb"] for name, m in memory.items() if m["kinds_mb"]}
 
 
 def against_source(
@@ -413,6 +419,7 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
         ],
         "rss_mb": result["rss_mb"],
         "rss_after_run_mb": result["rss_after_run_mb"],
+        "rss_kinds_mb": result["rss_kinds_mb"],
         "ratio": {**ratios(result["results"], tokens), **corpus["ratio"]},
         "ratio_per_repetition": {**paired_ratios(result["results"], tokens), **corpus["spread"]},
         "targets": {**{t["ratio"]: t["verdict"] for t in targets(result["results"], tokens)}, **corpus["targets"]},

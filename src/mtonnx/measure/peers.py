@@ -282,20 +282,22 @@ def measure_engines(
 
 def rss_after_load(
     engines: list[str], paths: Paths, run: tuple[list[list[int]], int, int] | None = None
-) -> dict[str, float]:
+) -> dict[str, dict[str, Any]]:
     """Resident memory (MB) of a fresh process after loading each engine (1 thread), and, with `run` =
-    (rows, beams, tokens), after one generation too: mapped weights count once their pages are read."""
+    (rows, beams, tokens), after one generation too: mapped weights count once their pages are read. Per engine:
+    `rss_mb` and `kinds_mb` (libraries / anonymous / files, measure.probe; None off Linux)."""
     from mtonnx.measure.probe import import_cost
 
     then = f"engine.run({run[0]!r}, {run[1]}, {run[2]})" if run else "engine"
-    return {
+    probed = {
         name: import_cost(
             f"from mtonnx.measure.peers import Engine, Paths\n"
             f"engine = Engine({name!r}, Paths(**{asdict(paths)!r}), 1)\n{then}",
             repeats=1,
-        )["rss_mb"]
+        )
         for name in engines
     }
+    return {name: {"rss_mb": p["rss_mb"], "kinds_mb": p["rss_kinds_mb"]} for name, p in probed.items()}
 
 
 def main() -> int:

@@ -1,4 +1,10 @@
-"""Seconds and resident memory of running some code (imports, loading a model) in a fresh interpreter."""
+"""Seconds and resident memory of running some code (imports, loading a model) in a fresh interpreter.
+
+The resident memory is also split by kind (psutil's memory maps, Linux only), so a gap between two engines reads as
+what it is: `libraries` (the pages of shared libraries and the interpreter that were read: code, mostly), `anonymous`
+(the heap and mmapped allocations: packed weights, tensors, Python objects) and `files` (other mapped files that
+were read: a variant's weights.bin).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +24,17 @@ start = time.perf_counter()
 exec(compile(tree, "<probe>", "exec"))
 seconds = time.perf_counter() - start
 import sys
-print(json.dumps({{"seconds": seconds, "rss_mb": psutil.Process().memory_info().rss / 2**20,
+rss = psutil.Process().memory_info().rss  # before the memory maps' own objects
+kinds = {{"libraries": 0, "anonymous": 0, "files": 0}}
+try:
+    for m in psutil.Process().memory_maps(grouped=True):
+        library = ".so" in m.path.rsplit("/", 1)[-1] or m.path == sys.executable
+        kinds["anonymous"] += m.anonymous
+        kinds["libraries" if library else "files"] += (m.rss - m.anonymous) if m.path.startswith("/") else 0
+except (AttributeError, NotImplementedError, psutil.Error):  # no /proc/self/smaps (not Linux)
+    kinds = None
+print(json.dumps({{"seconds": seconds, "rss_mb": rss / 2**20,
+                  "kinds_mb": kinds and {{k: v / 2**20 for k, v in kinds.items()}},
                   "torch_imported": "torch" in sys.modules, "transformers_imported": "transformers" in sys.modules}}))
 """
 
@@ -35,9 +51,12 @@ def import_cost(code: str, repeats: int = 3) -> dict[str, Any]:
             [sys.executable, "-c", _PROBE.format(code=code)], capture_output=True, text=True, check=True
         )
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    kinds = runs[0]["kinds_mb"]
     return {
         "seconds": round(statistics.median(r["seconds"] for r in runs), 3),
         "rss_mb": round(statistics.median(r["rss_mb"] for r in runs), 1),
+        "rss_kinds_mb": kinds
+        and {kind: round(statistics.median(r["kinds_mb"][kind] for r in runs), 1) for kind in kinds},
         "torch_imported": runs[0]["torch_imported"],
         "transformers_imported": runs[0]["transformers_imported"],
     }
