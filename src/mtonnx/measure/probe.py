@@ -23,12 +23,12 @@ if tree.body and isinstance(tree.body[-1], ast.Expr):  # keep the final expressi
 start = time.perf_counter()
 exec(compile(tree, "<probe>", "exec"))
 seconds = time.perf_counter() - start
-import sys
+import os, sys
 rss = psutil.Process().memory_info().rss  # before the memory maps' own objects
 kinds = {{"libraries": 0, "anonymous": 0, "files": 0}}
 try:
     for m in psutil.Process().memory_maps(grouped=True):
-        library = ".so" in m.path.rsplit("/", 1)[-1] or m.path == sys.executable
+        library = ".so" in m.path.rsplit("/", 1)[-1] or m.path == os.path.realpath(sys.executable)
         kinds["anonymous"] += m.anonymous
         kinds["libraries" if library else "files"] += (m.rss - m.anonymous) if m.path.startswith("/") else 0
 except (AttributeError, NotImplementedError, psutil.Error):  # no /proc/self/smaps (not Linux)
