@@ -235,19 +235,19 @@ def test_a_tuned_variant_without_its_whole_weights_file_names_it(tuned, tmp_path
 
 
 # Row 4: doctor checks the layout translate would pick.
-def test_doctor_fails_a_variant_whose_tuned_step_is_truncated(tiny_dir, tuned, tmp_path):
-    broken = broken_copy(tuned, tmp_path / "broken", truncate(layout.TUNED_STEP))
+def test_doctor_fails_a_variant_whose_inplace_step_is_truncated(tiny_dir, tuned, tmp_path):
+    broken = broken_copy(tuned, tmp_path / "broken", truncate(layout.INPLACE_STEP))
     done = run_cli("doctor", "--model-dir", str(tiny_dir), "--onnx-dir", str(broken), "--json", timeout=300)
     rows = json.loads(done.stdout)
-    assert done.returncode == 1 and rows[0]["status"] == "fail" and layout.TUNED_STEP in rows[0]["evidence"]
+    assert done.returncode == 1 and rows[0]["status"] == "fail" and layout.INPLACE_STEP in rows[0]["evidence"]
 
 
-def test_doctor_checks_greedy_tokens_of_the_tuned_layout(tiny_dir, tuned):
+def test_doctor_checks_greedy_tokens_of_the_layout_translate_picks(tiny_dir, tuned):
     from mtonnx.check.doctor import diagnose
 
     rows = {r["check"]: r for r in diagnose(tiny_dir, tuned)}
-    assert rows["files translate loads"]["evidence"].startswith("tuned layout")
-    assert rows["greedy tokens = generate (tuned layout)"]["status"] in ("ok", "warn")  # int8: a warning at worst
+    assert rows["files translate loads"]["evidence"].startswith("inplace layout")
+    assert rows["greedy tokens = generate (inplace layout)"]["status"] in ("ok", "warn")  # int8: a warning at worst
 
 
 # Row 10: a shuffled vocab.json of the right size is caught by doctor.

@@ -25,7 +25,12 @@ def test_exports_hold_the_files_the_contract_names(directories):
     assert {p.name for p in directories["hand"].glob("*.onnx")} == set(layout.HAND_EXPORT)
     assert {p.name for p in directories["optimum"].glob("*.onnx")} == set(layout.OPTIMUM_EXPORT)
     tuned = {p.name for p in Path(directories["tuned"]).glob("*.onnx")}
-    assert tuned == set(layout.VARIANT_FILES) | {layout.CROSS_KV, layout.TUNED_STEP, layout.SEARCH_HEAD}
+    assert tuned == set(layout.VARIANT_FILES) | {
+        layout.CROSS_KV,
+        layout.TUNED_STEP,
+        layout.INPLACE_STEP,
+        layout.SEARCH_HEAD,
+    }
     for name in (layout.EXPORT_MANIFEST, *layout.MODEL_FILES):
         assert (directories["hand"] / name).is_file(), name
 
@@ -45,7 +50,15 @@ def test_cache_tensor_names_and_order_are_the_contract(directories, tiny):
 
 @pytest.mark.parametrize("name", list(layout.LAYOUTS))
 def test_every_layout_loads_through_the_contract_and_translates_alike(directories, name):
-    where = {"tuned": "tuned", "lean": "tuned", "split": "hand", "merged": "optimum", "no-cache": "hand"}[name]
+    where = {
+        "inplace": "tuned",
+        "tuned": "tuned",
+        "lean": "tuned",
+        "split": "hand",
+        "merged": "optimum",
+        "no-cache": "hand",
+    }
+    where = where[name]
     translator = Translator(directories[where], decoder=name)
     head = {layout.SEARCH_HEAD} if where == "tuned" else set()  # the tuned variant's beam-search head, loaded too
     assert translator.layout == name and set(translator.sessions) == set(layout.LAYOUTS[name]) | head
@@ -58,5 +71,5 @@ def test_every_layout_loads_through_the_contract_and_translates_alike(directorie
 
 
 def test_auto_picks_the_first_layout_present(directories):
-    assert Translator(directories["tuned"]).layout == layout.AUTO_ORDER[0] == "tuned"
+    assert Translator(directories["tuned"]).layout == layout.AUTO_ORDER[0] == "inplace"
     assert Translator(directories["hand"]).layout == "split"

@@ -75,8 +75,7 @@ def test_every_tuning_step_keeps_the_tokens_on_tiny(tuned, beams):
         before = Translator(tuned[plain]).translate(
             sources, num_beams=beams, max_new_tokens=16, screen_candidates=False
         )
-        translator = Translator(tuned[tuned_key])
-        assert translator.layout == "tuned"  # decoder_model.onnx is never loaded
+        translator = Translator(tuned[tuned_key], decoder="tuned")  # decoder_model.onnx is never loaded
         after = translator.translate(sources, num_beams=beams, max_new_tokens=16)
         assert after == before, plain
     fused = Translator(tuned["fp32"], session=FUSED).translate(sources, num_beams=beams, max_new_tokens=16)
@@ -130,7 +129,8 @@ def test_retiring_done_sentences_keeps_every_token_on_tiny(tuned, beams):
     tokens it gets when every row is decoded to the end; greedy rows leave once they hit eos (the random tiny
     model's beams rarely settle before the limit: the trained model's test below shrinks beam batches)."""
     sources = [p.en for p in data.eval_set(EVAL)]
-    for directory, decoder in ((tuned["fp32"], "auto"), (tuned["fp32-tuned"], "lean"), (tuned["fp32-tuned"], "tuned")):
+    layouts = ((tuned["fp32"], "auto"), *((tuned["fp32-tuned"], d) for d in ("lean", "tuned", "inplace")))
+    for directory, decoder in layouts:
         retired, full = retired_and_full(Translator(directory, decoder=decoder), sources, beams)
         assert len({len(t) for t in full[0]}) >= 2  # sentences end at different steps
         if beams == 1:
@@ -200,6 +200,55 @@ def test_tuned_step_gives_bit_identical_logits_and_the_same_beams_past_the_buffe
         ), beams
 
 
+def test_inplace_step_attends_as_the_tuned_step_through_beams_retirement_and_growth(tuned):
+    """The in-place step (GroupQueryAttention over bound buffers) against the tuned step, fed the same tokens for
+    more steps than the buffers' starting capacity: the first reorder widens one row per sentence to 2 beams,
+    later reorders move rows, one drops a sentence; logits agree within float32 rounding of the attention."""
+    from mtonnx.runtime.inplace import CAPACITY
+
+    directory = Path(tuned["fp32-tuned"])
+    model = onnx.load(str(directory / layout.INPLACE_STEP), load_external_data=False)
+    assert {p.key: p.value for p in model.metadata_props} == {
+        "mtonnx.self_attention_keys": "in-place",
+        "mtonnx.cross_attention": "per-sentence",
+    }
+    layers = layout.layers_of([i.name for i in model.graph.input])
+    assert sum(n.op_type == "GroupQueryAttention" for n in model.graph.node) == layers
+    assert not any(n.op_type == "Concat" and any(".decoder." in i for i in n.input) for n in model.graph.node)
+    inplace, plain = Translator(directory, decoder="inplace"), Translator(directory, decoder="tuned")
+    sources = [p.en for p in data.eval_set(EVAL)][:3]
+    ids, mask = inplace.tokenizer.batch(sources)
+    runs = [t.decoder.begin(ids, mask, expand=2) for t in (inplace, plain)]
+    rng = np.random.default_rng(0)
+    rows, tokens, worst = 3, np.full(3, inplace.settings.decoder_start_token_id), 0.0
+    for step in range(CAPACITY + 8):
+        a, b = (run.step(tokens) for run in runs)
+        worst = max(worst, float(np.abs(a - b).max()))
+        if step == 0:
+            order = np.repeat(np.arange(rows), 2)  # row = sentence -> its 2 beams
+            rows *= 2
+        elif step == 20:
+            order = np.arange(2, rows)  # the first sentence retires
+            rows -= 2
+        else:
+            order = np.arange(rows) ^ rng.integers(0, 2, rows)  # beams of a sentence swap (or not)
+        for run in runs:
+            run.reorder(order)
+        tokens = rng.integers(4, a.shape[-1], rows)
+    assert worst < 1e-4, worst
+
+
+def test_inplace_step_needs_a_head_dim_that_gqa_takes(tuned):
+    from mtonnx.passes.inplace_attention import inplace_self_attention
+
+    model = onnx.load(str(Path(tuned["fp32-tuned"]) / layout.DECODER_WITH_PAST), load_external_data=False)
+    for value in model.graph.input:
+        if value.name.endswith(layout.SELF_KEY):
+            value.type.tensor_type.shape.dim[3].dim_value = 12
+    with pytest.raises(ValueError, match="head_dim 12: ONNX Runtime's GroupQueryAttention needs a multiple of 8"):
+        inplace_self_attention(model)
+
+
 def test_every_tuning_step_keeps_the_tokens_on_the_trained_model(hsk_export, tmp_path_factory):
     work = tmp_path_factory.mktemp("hsk-tuned")
     build_variant("int8", hsk_export, work / "variants" / "int8", dynamic_int8(), {})
@@ -208,11 +257,14 @@ def test_every_tuning_step_keeps_the_tokens_on_the_trained_model(hsk_export, tmp
     for beams in (1, 4):
         for plain, tuned_key in ((hsk_export, "fp32-tuned"), (work / "variants" / "int8", "int8-tuned")):
             before = Translator(plain).translate(sources, num_beams=beams, screen_candidates=False)
-            after = Translator(tuned[tuned_key]).translate(sources, num_beams=beams)
+            after = Translator(tuned[tuned_key], decoder="tuned").translate(sources, num_beams=beams)
             assert after == before, (beams, tuned_key)
+            inplace = Translator(tuned[tuned_key]).translate(sources, num_beams=beams)  # the default layout
+            same = sum(a == b for a, b in zip(inplace, after))
+            assert same == len(sources) if tuned_key == "fp32-tuned" else same >= 0.95 * len(sources), (beams, same)
         fused = Translator(tuned["fp32-tuned"], session=FUSED).translate(sources, num_beams=beams)
         assert fused == Translator(tuned["fp32-tuned"]).translate(sources, num_beams=beams), beams
-    for decoder in ("lean", "tuned"):  # beam 4 batches shrink as sentences settle, every token kept
+    for decoder in ("lean", "tuned", "inplace"):  # beam 4 batches shrink as sentences settle, every token kept
         retired, full = retired_and_full(Translator(tuned["fp32-tuned"], decoder=decoder), sources[:16], 4, 48)
         assert_retired(retired, full, decoder)
 
@@ -228,7 +280,8 @@ def test_ablation_reports_every_step_for_every_config(tuned):
     ]
     assert all(r["speedup"] == 1.0 for r in results if r["step"] == ablations.STEPS[0].label)
     assert all(r["same_tokens_as_previous"] for r in results if r["kept"] and r["exact"])
-    assert [r["exact"] for r in results[: len(ablations.STEPS)]] == [True] * (len(ablations.STEPS) - 2) + [False, True]
+    exact = [True] * (len(ablations.STEPS) - 3) + [False, True, False]
+    assert [r["exact"] for r in results[: len(ablations.STEPS)]] == exact
     assert all(r["min_ms"] <= r["median_ms"] <= r["max_ms"] for r in results)
 
 

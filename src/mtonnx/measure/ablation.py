@@ -41,6 +41,16 @@ STEPS = (
     Step(
         "+ search head (top logits and normalizer in the step graph)", "int8-tuned", "tuned", {}, True, True, head=True
     ),
+    Step(
+        "+ in-place step (self-attention caches bound as past and present)",
+        "int8-tuned",
+        "inplace",
+        {},
+        True,
+        True,
+        exact=False,
+        head=True,
+    ),
 )
 # What each step did to resident memory after load (lean comes after the mapped file here: the split layout
 # shows the file's effect alone).
@@ -49,6 +59,7 @@ MEMORY_STEPS = (
     ("+ weights in one mapped file", "int8-tuned", "split"),
     ("+ lean layout (no decoder_model)", "int8-tuned", "lean"),
     ("+ tuned step (keys in place, cross-attention per sentence)", "int8-tuned", "tuned"),
+    ("+ in-place step (self-attention caches bound as past and present)", "int8-tuned", "inplace"),
 )
 
 

@@ -18,7 +18,11 @@ from onnx import TensorProto, helper
 
 from mtonnx.runtime import layout
 
-STEP_FILES = (layout.TUNED_STEP, layout.DECODER_WITH_PAST)  # the file every step runs on, preferred first
+STEP_FILES = (
+    layout.INPLACE_STEP,
+    layout.TUNED_STEP,
+    layout.DECODER_WITH_PAST,
+)  # the file every step runs on, preferred first
 GATHERS = ("Gather", "GatherBlockQuantized")
 HALF_BYTE = (TensorProto.INT4, TensorProto.UINT4)
 

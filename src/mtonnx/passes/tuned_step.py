@@ -28,17 +28,20 @@ def tuned_step(model: onnx.ModelProto) -> dict[str, Any]:
         "time_major_key_layers": time_major_keys(model),
         "shared_cross_attention_layers": shared_cross_attention(model),
     }
+    finish_step(model, {layout.SELF_KEYS_KEY: layout.SELF_KEYS_TIME_MAJOR})
+    return details
+
+
+def finish_step(model: onnx.ModelProto, self_attention: dict[str, str]) -> None:
+    """After a step rewrite: ORT's contrib domain, the metadata that tells the runtime how to feed the caches
+    (`self_attention` beside per-sentence cross-attention), topological order, no dead nodes."""
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     del model.metadata_props[:]
-    for key, value in (
-        (layout.SELF_KEYS_KEY, layout.SELF_KEYS_TIME_MAJOR),
-        (layout.CROSS_ATTENTION_KEY, layout.CROSS_PER_SENTENCE),
-    ):
+    for key, value in {**self_attention, layout.CROSS_ATTENTION_KEY: layout.CROSS_PER_SENTENCE}.items():
         model.metadata_props.append(onnx.StringStringEntryProto(key=key, value=value))
     toposort(model.graph)
     prune(model)
-    return details
 
 
 def time_major_keys(model: onnx.ModelProto) -> int:
@@ -106,13 +109,7 @@ def shared_cross_attention(model: onnx.ModelProto) -> int:
     graph = model.graph
     consumers, producers = consumers_and_producers(graph)
     constants = scalar_constants(graph)
-    keys = [i for i in graph.input if i.name.endswith(f".{layout.CROSS_KEY}")]
-    if not keys:
-        raise ValueError(f"no {layout.CROSS_KEY} inputs")
-    dims = keys[0].type.tensor_type.shape.dim
-    heads, head_dim = dims[1].dim_value, dims[3].dim_value
-    if not heads or not head_dim:
-        raise ValueError(f"{keys[0].name}: heads and head_dim are not static")
+    keys, heads, head_dim = cache_inputs(graph, layout.CROSS_KEY)
     ints = {"x.minus1": -1, "x.heads": heads, "x.head_dim": head_dim, "x.one": 1}
     graph.initializer.extend(numpy_helper.from_array(np.array([v], np.int64), n) for n, v in ints.items())
     first = keys[0].name
@@ -155,6 +152,18 @@ def shared_cross_attention(model: onnx.ModelProto) -> int:
             value.type.tensor_type.shape.dim[0].Clear()
             value.type.tensor_type.shape.dim[0].dim_param = "sentences"
     return len(keys)
+
+
+def cache_inputs(graph: onnx.GraphProto, kind: str) -> tuple[list[onnx.ValueInfoProto], int, int]:
+    """The graph's cache inputs of one kind (layout.KV), their heads and head_dim; ValueError if none or not static."""
+    inputs = [i for i in graph.input if i.name.endswith(f".{kind}")]
+    if not inputs:
+        raise ValueError(f"no {kind} inputs")
+    dims = inputs[0].type.tensor_type.shape.dim
+    heads, head_dim = dims[1].dim_value, dims[3].dim_value
+    if not heads or not head_dim:
+        raise ValueError(f"{inputs[0].name}: heads and head_dim are not static")
+    return inputs, heads, head_dim
 
 
 def _chain(start: str, consumers: dict[str, list[onnx.NodeProto]], ops: tuple[str, ...]) -> list[onnx.NodeProto]:

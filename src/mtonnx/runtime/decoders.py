@@ -9,6 +9,8 @@
   Tuned layout (layout.TUNED_STEP, mtonnx.passes.tuned_step): the self-attention keys live
   time-major in a preallocated buffer that each step appends one position to (the graph reads the filled
   prefix in place), and each sentence's cross K/V are fed once for all its beams.
+  In-place layout (layout.INPLACE_STEP): runtime.inplace's InPlaceDecoder, a CachedDecoder whose runs own the
+  self-attention buffers.
 - `NoCacheDecoder`: the plain loop over the translation step (layout.TRANSLATION_STEP) that tutorials stop at:
   every step re-runs the encoder and the whole decoder prefix. Correct, and quadratically slower: the baseline.
 """

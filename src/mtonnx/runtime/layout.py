@@ -14,6 +14,7 @@ DECODER_MERGED = "decoder_model_merged.onnx"  # optimum: both decoders behind on
 TRANSLATION_STEP = "translation_step.onnx"  # the no-cache baseline: encoder + whole prefix every step
 CROSS_KV = "decoder_cross_kv.onnx"  # tuned variants: the cross-attention K/V once per sentence
 TUNED_STEP = "decoder_with_past_tuned.onnx"  # tuned variants: keys read in place, cross K/V per sentence
+INPLACE_STEP = "decoder_with_past_inplace.onnx"  # tuned variants: self-attention caches in runtime-owned buffers
 WEIGHTS = "weights.bin"  # tuned variants: every large initializer once, memory-mapped by ONNX Runtime
 SEARCH_HEAD = "search_head.onnx"  # tuned variants: log-softmax and top-k of a step's logits, for beam search
 SEARCH_MODEL = "beam_search.onnx"  # the search inside the graph: ORT's BeamSearch over the split files' graphs
@@ -41,12 +42,13 @@ VARIANT_FILES = (ENCODER, DECODER, DECODER_WITH_PAST)
 
 LAYOUTS: dict[str, tuple[str, ...]] = {
     "tuned": (ENCODER, CROSS_KV, TUNED_STEP),
+    "inplace": (ENCODER, CROSS_KV, INPLACE_STEP),
     "lean": (ENCODER, CROSS_KV, DECODER_WITH_PAST),
     "split": VARIANT_FILES,
     "merged": (ENCODER, DECODER_MERGED),
     "no-cache": (TRANSLATION_STEP,),
 }
-AUTO_ORDER = ("tuned", "lean", "split", "merged")  # what `decoder="auto"` picks: the first layout present
+AUTO_ORDER = ("inplace", "tuned", "lean", "split", "merged")  # what `decoder="auto"` picks: the first layout present
 
 # Per decoder layer, in this order: self-attention key and value, cross-attention key and value.
 SELF_KEY, SELF_VALUE, CROSS_KEY, CROSS_VALUE = KV = ("decoder.key", "decoder.value", "encoder.key", "encoder.value")
@@ -54,6 +56,8 @@ SELF, CROSS = KV[:2], KV[2:]
 
 # Metadata of the tuned step: how it wants its caches fed.
 SELF_KEYS_KEY, SELF_KEYS_TIME_MAJOR = "mtonnx.self_attention_keys", "time-major"
+SELF_CACHE_IN_PLACE = "in-place"  # the in-place step: keys and values in buffers bound as past and present
+INPLACE_INPUTS = ("seqlens_k", "total_sequence_length")  # the in-place step's per-row and total filled lengths
 CROSS_ATTENTION_KEY, CROSS_PER_SENTENCE = "mtonnx.cross_attention", "per-sentence"
 # The search head (mtonnx.passes.search_head): per row, the top log-probabilities of a step's logits and their columns.
 HEAD_TOP_K = "top_k"  # input beside "logits": how many per row

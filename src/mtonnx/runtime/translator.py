@@ -1,7 +1,7 @@
 """`Translator`: load an export directory and translate English to Chinese with ONNX Runtime only.
 
 Accepts the hand export (notebook 02), optimum's split files, optimum's merged decoder, or a tuned variant's
-tuned or lean files (mtonnx.variants.tuned; preferred when present): the layouts of `runtime.layout`.
+in-place, tuned or lean files (mtonnx.variants.tuned; preferred when present): the layouts of `runtime.layout`.
 Generation defaults come from the directory's generation_config.json, as with `generate`. A restricted variant
 (layout.OUTPUT_ROWS) decodes over its logits columns and returns vocab.json ids (runtime.output_rows); a
 shortlisted one (layout.SHORTLIST) over the columns each batch's shortlist keeps (runtime.shortlist).
@@ -22,6 +22,7 @@ import onnxruntime as ort
 from mtonnx.runtime import decoding, heap, layout
 from mtonnx.runtime.decoders import CachedDecoder, NoCacheDecoder
 from mtonnx.runtime.decoding import GenerationSettings
+from mtonnx.runtime.inplace import InPlaceDecoder
 from mtonnx.runtime.layout import LAYOUTS
 from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.runtime.sessions import SessionSettings, make_session
@@ -40,8 +41,9 @@ class Translator:
     """Translate with an exported model directory; one session per file, shared across calls and threads.
 
     `wrap(file, session)` may replace each session by an object with the same `run` (calibration records the
-    feeds that way); `sessions` maps each loaded file to what the decoder runs. Any file that cannot be read or
-    loaded is a ModelDirError naming it, never a library's traceback.
+    feeds that way; the in-place layout also calls `io_binding` and `run_with_iobinding`); `sessions` maps each
+    loaded file to what the decoder runs. Any file that cannot be read or loaded is a ModelDirError naming it,
+    never a library's traceback.
     """
 
     def __init__(
@@ -60,7 +62,7 @@ class Translator:
         self.shortlist = self._shortlist()
         head = (
             [layout.SEARCH_HEAD]
-            if self.layout in ("tuned", "lean") and (self.dir / layout.SEARCH_HEAD).is_file()
+            if self.layout in ("tuned", "inplace", "lean") and (self.dir / layout.SEARCH_HEAD).is_file()
             else []
         )
         loaded = {f: self._session(f, session) for f in [*LAYOUTS[self.layout], *head]}
@@ -85,8 +87,8 @@ class Translator:
     def _decoder(self, s: dict) -> CachedDecoder | NoCacheDecoder:
         if self.layout == "no-cache":
             return NoCacheDecoder(s[layout.TRANSLATION_STEP])
-        if self.layout in ("tuned", "lean"):
-            return CachedDecoder(
+        if self.layout in ("tuned", "inplace", "lean"):
+            return (InPlaceDecoder if self.layout == "inplace" else CachedDecoder)(
                 s[layout.ENCODER],
                 None,
                 s[LAYOUTS[self.layout][2]],
@@ -117,7 +119,7 @@ class Translator:
             if shortlist is not None:
                 if self.output_rows is not None:
                     raise ValueError(f"the directory also has {layout.OUTPUT_ROWS}: shortlist a full variant")
-                if self.layout not in ("tuned", "lean", "split"):
+                if self.layout not in ("inplace", "tuned", "lean", "split"):
                     raise ValueError(f"a shortlist needs a variant's decoder files, not the {self.layout} layout")
                 OutputRows(shortlist.always.tolist()).settings(self.settings)
             return shortlist

@@ -27,6 +27,7 @@ import onnx
 
 from mtonnx.passes.cross_kv import extract_cross_kv
 from mtonnx.passes.graph import node_scope
+from mtonnx.passes.inplace_attention import inplace_step
 from mtonnx.passes.key_transposes import fold_key_transposes
 from mtonnx.passes.lm_head import untie_lm_head
 from mtonnx.passes.tuned_step import tuned_step
@@ -206,18 +207,22 @@ def with_cross_kv(transform: Transform) -> Transform:
 
 
 def with_tuned_step(transform: Transform) -> Transform:
-    """`transform`, plus the tuned step (passes.tuned_step) written next to the transformed decoder_with_past
-    (a graph whose attention does not match is left without one)."""
+    """`transform`, plus the tuned step (passes.tuned_step) and the in-place step (passes.inplace_attention)
+    written next to the transformed decoder_with_past (a graph whose attention does not match is left without)."""
 
     def wrapped(src: Path, dst: Path) -> dict[str, Any]:
         details = transform(src, dst)
         if src.name == layout.DECODER_WITH_PAST:
-            model = onnx.load(str(dst))
-            try:
-                details["tuned_step"] = tuned_step(model)
-                onnx.save(model, str(dst.parent / layout.TUNED_STEP))
-            except ValueError as err:
-                details["tuned_step"] = f"not written: {err}"
+            for key, rewrite, file in (
+                ("tuned_step", tuned_step, layout.TUNED_STEP),
+                ("inplace_step", inplace_step, layout.INPLACE_STEP),
+            ):
+                model = onnx.load(str(dst))
+                try:
+                    details[key] = rewrite(model)
+                    onnx.save(model, str(dst.parent / file))
+                except ValueError as err:
+                    details[key] = f"not written: {err}"
         return details
 
     return wrapped

@@ -16,7 +16,11 @@ eval set on tiny and on the trained hsk-enzh, the condition for keeping it, but 
    instead of copied into each session; the same bytes, so the same tokens (memory, not speed);
 7. the search head (passes.search_head, layout.SEARCH_HEAD): beam search takes each row's top log-probabilities
    from ORT's LogSoftmax and TopK instead of passing over the vocabulary in numpy; only the log-softmax's exp and
-   order of summation are MLAS's, and the eval set keeps every token (tested).
+   order of summation are MLAS's, and the eval set keeps every token (tested);
+8. the in-place step (passes.inplace_attention, the "inplace" layout, the runtime's default): self-attention as ORT's
+   GroupQueryAttention over cache buffers the runtime binds as past and present (runtime.inplace), so no step copies
+   a cache; ORT's attention kernel sums in another order: fp32 keeps the eval set's tokens, int8 moved 1-2 of 471
+   hsk-enzh translations (notebook 07's ablation counts them on every run).
 """
 
 from __future__ import annotations
@@ -35,18 +39,25 @@ TUNED = ("fp32-tuned", "int8-tuned")
 
 def build_tuned(fp32_dir: str | Path, work_dir: str | Path) -> dict[str, str]:
     """`variants/fp32-tuned` and `variants/int8-tuned` (folded, then notebook 06's int8 recipe; each with the
-    lean layouts' cross K/V file and the tuned step, its weights in one mapped file), if
-    missing or built before the search head existed."""
+    lean layouts' cross K/V file, the tuned step and the in-place step, its weights in one mapped file), if
+    missing or built before the in-place step existed."""
     built = {name: str(Path(work_dir) / "variants" / name) for name in TUNED}
     for name, then in zip(TUNED, (None, dynamic_int8())):
         recipe = read_manifest(built[name]).get("recipe", {})
-        if not (recipe.get("search_head") and (Path(built[name]) / layout.WEIGHTS).is_file()):
+        if not (recipe.get("inplace_step") and (Path(built[name]) / layout.WEIGHTS).is_file()):
             build_variant(
                 name,
                 fp32_dir,
                 built[name],
                 with_tuned_step(with_cross_kv(folded(then))),
-                {"name": name, "fold": True, "weights_file": True, "tuned_step": True, "search_head": True},
+                {
+                    "name": name,
+                    "fold": True,
+                    "weights_file": True,
+                    "tuned_step": True,
+                    "search_head": True,
+                    "inplace_step": True,
+                },
                 finalize=_finalize,
             )
     return built

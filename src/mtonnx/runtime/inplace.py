@@ -1,0 +1,120 @@
+"""`InPlaceRun`: decoding on the in-place step (mtonnx.passes.inplace_attention), whose self-attention caches are
+buffers this run owns and binds to ONNX Runtime as both past input and present output (IO binding): the step
+writes each new key and value into them and reads the filled prefix, so no step copies the cache.
+
+Each layer's key and value buffer is [rows, heads, capacity, head_dim]; the capacity doubles when full (one copy).
+Beam search reorders rows in place (only the rows that moved, only the filled positions), and widening to the beams
+or dropping retired sentences allocates new buffers and binds them again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+from mtonnx.runtime import layout
+from mtonnx.runtime.decoders import CachedDecoder, CachedRun
+
+CAPACITY = 32  # positions a new run's buffers hold before their first doubling
+
+
+class InPlaceDecoder(CachedDecoder):
+    """The lean layout's encoder and cross K/V file with the in-place step (layout.INPLACE_STEP)."""
+
+    def begin(self, input_ids: np.ndarray, attention_mask: np.ndarray, expand: int = 1) -> InPlaceRun:
+        """Run the encoder and the cross K/V on a batch, one row per sentence; the first reorder widens to
+        `expand` rows (beams) per sentence."""
+        hidden = self.encoder.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
+        cross = self.cross_kv.run(self.cross_outputs, {"encoder_hidden_states": hidden})
+        run = InPlaceRun(self, hidden, attention_mask, cross)
+        run.widen = expand
+        return run
+
+
+class InPlaceRun(CachedRun):
+    """One batch on the in-place step: cross K/V per sentence (decoder_cross_kv), self K/V in bound buffers."""
+
+    def __init__(self, decoder: CachedDecoder, hidden: np.ndarray, mask: np.ndarray, cross: list[np.ndarray]):
+        super().__init__(decoder, hidden, mask)
+        self.cross = dict(zip(layout.past_names(decoder.layers, layout.CROSS), cross))
+        self.length = 0  # positions filled in every buffer
+        self.binding = decoder.with_past.io_binding()
+        shape = (len(mask), decoder.heads, CAPACITY, decoder.head_dim)
+        self._allocate([np.zeros(shape, np.float32) for _ in layout.past_names(decoder.layers, layout.SELF)])
+
+    def _allocate(self, buffers: list[np.ndarray]) -> None:
+        """Bind `buffers` (one per self-attention input, layout.past_names(layers, SELF) order) as past and present,
+        a logits array of the rows' size as output, and every input that is fixed until the rows change."""
+        names = layout.past_names(self.decoder.layers, layout.SELF)
+        self.buffers = buffers
+        self.values = [ort.OrtValue.ortvalue_from_numpy(b) for b in self.buffers]  # keeps the bound memory alive
+        b = self.binding
+        b.clear_binding_inputs()
+        b.clear_binding_outputs()
+        for past, present, value in zip(names, layout.present_names(self.decoder.layers, layout.SELF), self.values):
+            b.bind_ortvalue_input(past, value)
+            b.bind_ortvalue_output(present, value)
+        self.logits = np.empty((len(self.mask), 1, self.vocab), np.float32) if self.vocab else None
+        if self.logits is None:  # a graph without a static vocabulary: ORT allocates, step copies
+            b.bind_output("logits")
+        else:  # the step writes the logits into this run's own array
+            self.logits_value = ort.OrtValue.ortvalue_from_numpy(self.logits)
+            b.bind_ortvalue_output("logits", self.logits_value)
+        self.fixed = {"encoder_attention_mask": self.mask, **self.cross, **self.columns}
+        for name, array in self.fixed.items():
+            b.bind_cpu_input(name, array)
+
+    def feed_columns(self, columns: dict[str, np.ndarray]) -> None:
+        """As CachedRun.feed_columns; the logits array takes the columns' width and they are bound."""
+        super().feed_columns(columns)
+        self._allocate(self.buffers)
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        """Feed one token per row; the step's logits, [rows, vocab]."""
+        if self.length == self.buffers[0].shape[2]:
+            grown = []
+            for buffer in self.buffers:
+                bigger = np.zeros((*buffer.shape[:2], 2 * buffer.shape[2], buffer.shape[3]), np.float32)
+                bigger[:, :, : self.length] = buffer
+                grown.append(bigger)
+            self._allocate(grown)
+        rows = len(self.mask)
+        b = self.binding
+        self.step_feeds = (
+            tokens.reshape(-1, 1).astype(np.int64),
+            np.full(rows, self.length, np.int32),
+            np.array(self.length + 1, np.int32),
+        )
+        for name, array in zip(("input_ids", *layout.INPLACE_INPUTS), self.step_feeds):
+            b.bind_cpu_input(name, array)
+        self.decoder.with_past.run_with_iobinding(b)
+        self.length += 1
+        if self.logits is not None:
+            return self.logits[:, -1, :]
+        return b.get_outputs()[-1].numpy()[:, -1, :].copy()
+
+    def reorder(self, rows: np.ndarray) -> None:
+        """Row i continues row rows[i]; fewer rows: retired sentences leave (cross K/V are per sentence)."""
+        if self.widen > 1:  # the first step ran one row per sentence
+            self._gather(rows // self.widen, sentences=rows[:: self.widen] // self.widen)
+            self.widen = 1
+            return
+        held = len(self.mask)
+        if len(rows) < held:
+            beams = held // len(next(iter(self.cross.values())))
+            self._gather(rows, sentences=rows[::beams] // beams)
+            return
+        moved = np.flatnonzero(rows != np.arange(len(rows)))
+        filled = slice(0, self.length)
+        for buffer in self.buffers if len(moved) else ():
+            if len(moved) > len(rows) // 2:
+                buffer[:, :, filled] = buffer[rows, :, filled]
+            else:
+                buffer[moved, :, filled] = buffer[rows[moved], :, filled]
+
+    def _gather(self, source: np.ndarray, sentences: np.ndarray) -> None:
+        """Row i becomes a copy of row source[i]; the cross K/V keep the rows of `sentences`."""
+        self.mask = self.mask[source]
+        if len(sentences) < len(next(iter(self.cross.values()))):
+            self.cross = {name: array[sentences] for name, array in self.cross.items()}
+        self._allocate([buffer[source] for buffer in self.buffers])
