@@ -63,6 +63,15 @@ class InPlaceRun(CachedRun):
         self.fixed = {"encoder_attention_mask": self.mask, **self.cross, **self.columns}
         for name, array in self.fixed.items():
             b.bind_cpu_input(name, array)
+        rows = len(self.mask)  # each step writes its token, filled lengths and total into these bound arrays
+        self.ids, self.seqlens, self.total = (
+            np.zeros((rows, 1), np.int64),
+            np.zeros(rows, np.int32),
+            np.zeros((), np.int32),
+        )
+        self.step_values = [ort.OrtValue.ortvalue_from_numpy(a) for a in (self.ids, self.seqlens, self.total)]
+        for name, value in zip(("input_ids", *layout.INPLACE_INPUTS), self.step_values):
+            b.bind_ortvalue_input(name, value)
 
     def feed_columns(self, columns: dict[str, np.ndarray]) -> None:
         """As CachedRun.feed_columns; the logits array takes the columns' width and they are bound."""
@@ -78,20 +87,14 @@ class InPlaceRun(CachedRun):
                 bigger[:, :, : self.length] = buffer
                 grown.append(bigger)
             self._allocate(grown)
-        rows = len(self.mask)
-        b = self.binding
-        self.step_feeds = (
-            tokens.reshape(-1, 1).astype(np.int64),
-            np.full(rows, self.length, np.int32),
-            np.array(self.length + 1, np.int32),
-        )
-        for name, array in zip(("input_ids", *layout.INPLACE_INPUTS), self.step_feeds):
-            b.bind_cpu_input(name, array)
-        self.decoder.with_past.run_with_iobinding(b)
+        self.ids[:, 0] = tokens
+        self.seqlens[:] = self.length  # GroupQueryAttention's seqlens_k: the total length less one
+        self.total[()] = self.length + 1
+        self.decoder.with_past.run_with_iobinding(self.binding)
         self.length += 1
         if self.logits is not None:
             return self.logits[:, -1, :]
-        return b.get_outputs()[-1].numpy()[:, -1, :].copy()
+        return self.binding.get_outputs()[-1].numpy()[:, -1, :].copy()
 
     def reorder(self, rows: np.ndarray) -> None:
         """Row i continues row rows[i]; fewer rows: retired sentences leave (cross K/V are per sentence)."""
