@@ -116,3 +116,18 @@ def test_parity_and_per_file_metrics_are_judged_not_just_listed():
         "scale.errors",
     ):
         assert any(r.split(": ", 1)[1].startswith(key + " ") for r in regressions), (key, regressions)
+
+
+def test_memory_readings_need_to_move_a_megabyte_file_sizes_do_not():
+    a = run()
+    a["metrics"]["bench"]["rss_kinds_mb"] = {"after_load": {"pytorch-fp32": {"files": 0.8, "anonymous": 100.0}}}
+    a["metrics"]["manual_export"] = {"size_mb": {"encoder_model.onnx": 0.08}}
+    b = copy.deepcopy(a)
+    b["metrics"]["bench"]["rss_kinds_mb"] = {"after_load": {"pytorch-fp32": {"files": 0.9, "anonymous": 112.0}}}
+    b["metrics"]["manual_export"] = {"size_mb": {"encoder_model.onnx": 0.1}}
+    verdicts = {c["key"]: c["verdict"] for c in compare.compare(a, b)["changes"]["size"]}
+    assert verdicts == {
+        "bench.rss_kinds_mb.after_load.pytorch-fp32.files": "within threshold",  # +12 %, but 0.1 MB
+        "bench.rss_kinds_mb.after_load.pytorch-fp32.anonymous": "regression",  # +12 %, 12 MB
+        "manual_export.size_mb.encoder_model.onnx": "regression",  # a file's size has no noise
+    }

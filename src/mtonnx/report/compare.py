@@ -15,7 +15,9 @@ Every metric of the two metrics.json files is classified:
   never judged. A peer engine's timing (the bench's PyTorch, optimum and CTranslate2) is judged alike but reads
   "peer slower" / "peer faster", never a regression: it measures the machine and the peer, not this project (two
   CI runs of one commit timed CTranslate2 fp32 1.6x apart against the engines beside it);
-- size and memory: beyond `size_threshold` (relative) is a regression;
+- size and memory: beyond `size_threshold` (relative) is a regression; a memory reading (RSS) must also move by
+  MEMORY_FLOOR_MB: a fresh process's RSS varies by a few tenths of a MB, a relative threshold on a 0.8 MB part of
+  it read 0.8 -> 0.9 MB as a regression when two CI runs of one commit were compared;
 - everything else is listed as changed.
 Plus the params and environment differences, the translations that changed per variant, and whether the two
 run fingerprints are equal. Reads JSON only: no notebook runs and torch is never imported.
@@ -53,6 +55,7 @@ LOWER_IS_WORSE = (
 HIGHER_IS_WORSE = ("failures", "warnings", "max_abs_diff", "errors")
 QUALITY = (*LOWER_IS_WORSE, *HIGHER_IS_WORSE, "gate", "tokens_sha", "recommended", "sentences_needed", "p_value")
 SIZE = ("size_mb", "rss_mb", "rss_after_run_mb", "weights_mb")
+MEMORY_FLOOR_MB = 1.0  # a memory reading that moved less than this is within threshold, whatever the ratio
 MIN_GROUP = 3  # timings measured side by side that a relative check needs
 SUPERIORITY = 0.9  # share of repetition pairs beyond the margin that makes a speed change count (_beyond)
 OURS = "mtonnx"  # bench engines whose names start with it are this project's; the others are peers
@@ -158,13 +161,20 @@ def _judge(kind: str, key: str, a: Any, b: Any, t: Thresholds) -> dict[str, Any]
         change["verdict"] = "regression" if _worse(key, a, b) else "changed"
     elif kind == "size" and isinstance(a, (int, float)) and isinstance(b, (int, float)) and a:
         change["verdict"] = (
-            "regression"
+            "within threshold"
+            if _is_memory(key) and abs(b - a) < MEMORY_FLOOR_MB
+            else "regression"
             if b > a * (1 + t.size_threshold)
             else ("improvement" if b < a * (1 - t.size_threshold) else "within threshold")
         )
     elif kind == "speed":
         change["verdict"] = "single measurement"
     return change
+
+
+def _is_memory(key: str) -> bool:
+    """A resident-memory reading (a measurement with noise), not a file's size."""
+    return key.startswith(("bench.rss", "bench.memory_ablation.")) or "rss" in _name(key)
 
 
 def _worse(key: str, a: Any, b: Any) -> bool:
