@@ -18,11 +18,8 @@ from onnx import TensorProto, helper
 
 from mtonnx.runtime import layout
 
-STEP_FILES = (
-    layout.INPLACE_STEP,
-    layout.TUNED_STEP,
-    layout.DECODER_WITH_PAST,
-)  # the file every step runs on, preferred first
+# The file every step runs on, preferred first.
+STEP_FILES = (layout.INPLACE_STEP, layout.TUNED_STEP, layout.DECODER_WITH_PAST)
 GATHERS = ("Gather", "GatherBlockQuantized")
 HALF_BYTE = (TensorProto.INT4, TensorProto.UINT4)
 

@@ -111,18 +111,11 @@ def _unheaded(heads_major: str, producers: dict[str, onnx.NodeProto]) -> str:
 
 def _past_length_reads(graph: onnx.GraphProto, pasts: list[str], consumers) -> tuple[list, list]:
     """Every Shape node that reads a self-attention past's time axis now computes total_sequence_length - 1."""
-    reads = [
-        n
-        for past in pasts
-        for n in consumers.get(past, [])
-        if n.op_type == "Shape"
-        and {a.name: a.i for a in n.attribute}.get("start", 0) <= 2 < {a.name: a.i for a in n.attribute}.get("end", 4)
-    ]
+    reads = [n for past in pasts for n in consumers.get(past, []) if n.op_type == "Shape" and 2 in range(*_dims(n))]
     if not reads:
         return [], []
     for n in reads:
-        bounds = {a.name: a.i for a in n.attribute}
-        if (bounds.get("start", 0), bounds.get("end", 4)) != (2, 3):
+        if _dims(n) != (2, 3):
             raise ValueError(f"{n.name} reads more than the past length of {n.input[0]}")
     graph.initializer.extend(
         [
@@ -136,3 +129,9 @@ def _past_length_reads(graph: onnx.GraphProto, pasts: list[str], consumers) -> t
     ]
     added += [helper.make_node("Sub", ["inplace.total_1d", "inplace.one"], [n.output[0]]) for n in reads]
     return added, reads
+
+
+def _dims(shape: onnx.NodeProto) -> tuple[int, int]:
+    """The [start, end) of the 4-D cache dims a Shape node reads."""
+    bounds = {a.name: a.i for a in shape.attribute}
+    return bounds.get("start", 0), bounds.get("end", 4)
