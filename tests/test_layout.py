@@ -57,8 +57,7 @@ def test_every_layout_loads_through_the_contract_and_translates_alike(directorie
         "split": "hand",
         "merged": "optimum",
         "no-cache": "hand",
-    }
-    where = where[name]
+    }[name]
     translator = Translator(directories[where], decoder=name)
     head = {layout.SEARCH_HEAD} if where == "tuned" else set()  # the tuned variant's beam-search head, loaded too
     assert translator.layout == name and set(translator.sessions) == set(layout.LAYOUTS[name]) | head

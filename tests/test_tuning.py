@@ -75,7 +75,8 @@ def test_every_tuning_step_keeps_the_tokens_on_tiny(tuned, beams):
         before = Translator(tuned[plain]).translate(
             sources, num_beams=beams, max_new_tokens=16, screen_candidates=False
         )
-        translator = Translator(tuned[tuned_key], decoder="tuned")  # decoder_model.onnx is never loaded
+        translator = Translator(tuned[tuned_key], decoder="tuned")
+        assert translator.layout == "tuned" and layout.DECODER not in translator.sessions  # never loaded
         after = translator.translate(sources, num_beams=beams, max_new_tokens=16)
         assert after == before, plain
     fused = Translator(tuned["fp32"], session=FUSED).translate(sources, num_beams=beams, max_new_tokens=16)
