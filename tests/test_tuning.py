@@ -6,6 +6,7 @@ stores each tensor once and ORT maps it; the ablations report every step."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -214,7 +215,10 @@ def test_inplace_step_attends_as_the_tuned_step_through_beams_retirement_and_gro
         "mtonnx.cross_attention": "per-sentence",
     }
     layers = layout.layers_of([i.name for i in model.graph.input])
-    assert sum(n.op_type == "GroupQueryAttention" for n in model.graph.node) == layers
+    attentions = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(attentions) == layers and all(list(n.input[1:3]) == ["", ""] for n in attentions)  # q, k, v packed
+    assert sum(n.op_type == "MultiHeadAttention" for n in model.graph.node) == layers  # cross-attention
+    assert not any(n.op_type == "Softmax" for n in model.graph.node)  # no attention left unfused
     assert not any(n.op_type == "Concat" and any(".decoder." in i for i in n.input) for n in model.graph.node)
     inplace, plain = Translator(directory, decoder="inplace"), Translator(directory, decoder="tuned")
     sources = [p.en for p in data.eval_set(EVAL)][:3]
@@ -237,6 +241,39 @@ def test_inplace_step_attends_as_the_tuned_step_through_beams_retirement_and_gro
             run.reorder(order)
         tokens = rng.integers(4, a.shape[-1], rows)
     assert worst < 1e-4, worst
+
+
+@pytest.mark.parametrize("variant", ["fp32-tuned", "int8-tuned"])
+def test_packed_qkv_gives_the_three_projections_bit_for_bit(tuned, variant, tmp_path):
+    """The in-place step with q, k and v from one packed projection against the same step fed by the three
+    projections: every logit the same bit for bit through widening, reorders and growth (int8: each column keeps
+    its own projection's weight scale)."""
+    from mtonnx.passes.inplace_attention import fused_cross_attention, inplace_self_attention
+    from mtonnx.passes.tuned_step import finish_step
+    from mtonnx.runtime.inplace import CAPACITY
+
+    source = Path(tuned[variant])
+    unpacked = tmp_path / variant
+    shutil.copytree(source, unpacked)
+    model = onnx.load(str(source / layout.DECODER_WITH_PAST))
+    inplace_self_attention(model)
+    fused_cross_attention(model)
+    finish_step(model, {layout.SELF_KEYS_KEY: layout.SELF_CACHE_IN_PLACE})
+    onnx.save(model, str(unpacked / layout.INPLACE_STEP))
+    assert sum(n.op_type == "GroupQueryAttention" and n.input[1] != "" for n in model.graph.node) > 0
+    packed, plain = Translator(source, decoder="inplace"), Translator(unpacked, decoder="inplace")
+    ids, mask = packed.tokenizer.batch([p.en for p in data.eval_set(EVAL)][:3])
+    runs = [t.decoder.begin(ids, mask, expand=2) for t in (packed, plain)]
+    rng = np.random.default_rng(1)
+    rows, tokens = 3, np.full(3, packed.settings.decoder_start_token_id)
+    for step in range(CAPACITY + 4):
+        a, b = (run.step(tokens).copy() for run in runs)
+        assert np.array_equal(a, b), (step, float(np.abs(a - b).max()))
+        order = np.repeat(np.arange(rows), 2) if step == 0 else np.arange(rows) ^ rng.integers(0, 2, rows)
+        rows = len(order)
+        for run in runs:
+            run.reorder(order)
+        tokens = rng.integers(4, a.shape[-1], rows)
 
 
 def test_inplace_step_needs_a_head_dim_that_gqa_takes(tuned):

@@ -42,7 +42,7 @@ STEPS = (
         "+ search head (top logits and normalizer in the step graph)", "int8-tuned", "tuned", {}, True, True, head=True
     ),
     Step(
-        "+ in-place step (self-attention caches bound as past and present)",
+        "+ in-place step (caches bound as past and present, attention as ORT's fused ops)",
         "int8-tuned",
         "inplace",
         {},
@@ -59,7 +59,7 @@ MEMORY_STEPS = (
     ("+ weights in one mapped file", "int8-tuned", "split"),
     ("+ lean layout (no decoder_model)", "int8-tuned", "lean"),
     ("+ tuned step (keys in place, cross-attention per sentence)", "int8-tuned", "tuned"),
-    ("+ in-place step (self-attention caches bound as past and present)", "int8-tuned", "inplace"),
+    ("+ in-place step (caches bound as past and present, attention as ORT's fused ops)", "int8-tuned", "inplace"),
 )
 
 

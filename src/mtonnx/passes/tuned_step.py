@@ -125,12 +125,9 @@ def shared_cross_attention(model: onnx.ModelProto) -> int:
     ]
     removed = []
     for key in keys:
-        value = key.name.replace(layout.CROSS_KEY, layout.CROSS_VALUE)
-        transpose, scale_k, matmul = _chain(key.name, consumers, ("Transpose", "Mul", "MatMul"))
-        (weighted,) = consumers.get(value, [None])
-        if weighted is None or weighted.op_type != "MatMul" or weighted.input[1] != value:
-            raise ValueError(f"{value}: expected MatMul(weights, value)")
-        query, alpha = _query_and_alpha(matmul, scale_k, producers, constants)
+        value, (transpose, scale_k, matmul, weighted), query, alpha = cross_attention(
+            key.name, consumers, producers, constants
+        )
         s = f"tuned.{key.name}."
         added += [
             helper.make_node("Reshape", [query, "x.query_shape"], [s + "query"]),  # [batch, beams, heads, d]
@@ -147,11 +144,28 @@ def shared_cross_attention(model: onnx.ModelProto) -> int:
         ]
         removed += [transpose, scale_k, matmul, weighted]
     replace_nodes(graph, removed, added)
+    per_sentence_inputs(graph)
+    return len(keys)
+
+
+def per_sentence_inputs(graph: onnx.GraphProto) -> None:
+    """The cross K/V inputs' first dim becomes "sentences": one row per sentence, whatever the beams."""
     for value in graph.input:
         if value.name.endswith(layout.CROSS):
             value.type.tensor_type.shape.dim[0].Clear()
             value.type.tensor_type.shape.dim[0].dim_param = "sentences"
-    return len(keys)
+
+
+def cross_attention(key: str, consumers, producers, constants) -> tuple[str, list[onnx.NodeProto], str, float]:
+    """An exported cross-attention from its key input: the value input, the nodes Transpose(K), Mul(K^T, c),
+    MatMul (scores) and MatMul(weights, value), the unscaled query and the scores' alpha; ValueError if no match."""
+    value = key.replace(layout.CROSS_KEY, layout.CROSS_VALUE)
+    transpose, scale_k, scores = _chain(key, consumers, ("Transpose", "Mul", "MatMul"))
+    (weighted,) = consumers.get(value, [None])
+    if weighted is None or weighted.op_type != "MatMul" or weighted.input[1] != value:
+        raise ValueError(f"{value}: expected MatMul(weights, value)")
+    query, alpha = _query_and_alpha(scores, scale_k, producers, constants)
+    return value, [transpose, scale_k, scores, weighted], query, alpha
 
 
 def cache_inputs(graph: onnx.GraphProto, kind: str) -> tuple[list[onnx.ValueInfoProto], int, int]:

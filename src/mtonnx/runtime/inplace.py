@@ -2,9 +2,11 @@
 buffers this run owns and binds to ONNX Runtime as both past input and present output (IO binding): the step
 writes each new key and value into them and reads the filled prefix, so no step copies the cache.
 
-Each layer's key and value buffer is [rows, heads, capacity, head_dim]; the capacity doubles when full (one copy).
+Every layer's key and value buffer is one slice of a single [2 x layers, rows, heads, capacity, head_dim] array, so
+growing, reordering and gathering rows is one numpy call for all of them; the capacity doubles when full (one copy).
 Beam search reorders rows in place (only the rows that moved, only the filled positions), and widening to the beams
-or dropping retired sentences allocates new buffers and binds them again.
+or dropping retired sentences allocates a new array, copies the filled positions and binds it again. The search
+head (passes.search_head) runs on the run's own logits array through IO binding too, into top-k arrays it owns.
 """
 
 from __future__ import annotations
@@ -39,15 +41,17 @@ class InPlaceRun(CachedRun):
         self.cross = dict(zip(layout.past_names(decoder.layers, layout.CROSS), cross))
         self.length = 0  # positions filled in every buffer
         self.binding = decoder.with_past.io_binding()
-        shape = (len(mask), decoder.heads, CAPACITY, decoder.head_dim)
-        self._allocate([np.zeros(shape, np.float32) for _ in layout.past_names(decoder.layers, layout.SELF)])
+        self.head_binding = decoder.head.io_binding() if decoder.head is not None else None
+        self.top: tuple[np.ndarray, np.ndarray] | None = None  # the search head's outputs, bound
+        names = layout.past_names(decoder.layers, layout.SELF)
+        self._allocate(np.zeros((len(names), len(mask), decoder.heads, CAPACITY, decoder.head_dim), np.float32))
 
-    def _allocate(self, buffers: list[np.ndarray]) -> None:
-        """Bind `buffers` (one per self-attention input, layout.past_names(layers, SELF) order) as past and present,
-        a logits array of the rows' size as output, and every input that is fixed until the rows change."""
+    def _allocate(self, kv: np.ndarray) -> None:
+        """Bind each slice of `kv` (layout.past_names(layers, SELF) order along its first axis) as past and
+        present, a logits array of the rows' size as output, and every input that is fixed until the rows change."""
         names = layout.past_names(self.decoder.layers, layout.SELF)
-        self.buffers = buffers
-        self.values = [ort.OrtValue.ortvalue_from_numpy(b) for b in self.buffers]  # keeps the bound memory alive
+        self.kv = kv
+        self.values = [ort.OrtValue.ortvalue_from_numpy(b) for b in kv]  # keeps the bound memory alive
         b = self.binding
         b.clear_binding_inputs()
         b.clear_binding_outputs()
@@ -72,21 +76,40 @@ class InPlaceRun(CachedRun):
         self.step_values = [ort.OrtValue.ortvalue_from_numpy(a) for a in (self.ids, self.seqlens, self.total)]
         for name, value in zip(("input_ids", *layout.INPLACE_INPUTS), self.step_values):
             b.bind_ortvalue_input(name, value)
+        self.top = None
+
+    def step_top(self, tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """As CachedRun.step_top, with the head's input and outputs bound: the arrays returned are the run's own,
+        overwritten by the next call (beam search reads them within the step)."""
+        if self.logits is None:
+            return super().step_top(tokens, k)
+        self.step(tokens)
+        rows = len(self.logits)
+        if self.top is None or self.top[0].shape != (rows, k):
+            self.top = np.empty((rows, k), np.float32), np.empty((rows, k), np.int64)
+            b = self.head_binding
+            b.clear_binding_inputs()
+            b.clear_binding_outputs()
+            self.head_arrays = (self.logits[:, 0, :], np.array([k], np.int64), *self.top)  # alive while bound
+            self.head_values = [ort.OrtValue.ortvalue_from_numpy(a) for a in self.head_arrays]
+            for name, value in zip(("logits", layout.HEAD_TOP_K), self.head_values):
+                b.bind_ortvalue_input(name, value)
+            for name, value in zip(layout.HEAD_OUTPUTS, self.head_values[2:]):
+                b.bind_ortvalue_output(name, value)
+        self.decoder.head.run_with_iobinding(self.head_binding)
+        return self.top
 
     def feed_columns(self, columns: dict[str, np.ndarray]) -> None:
         """As CachedRun.feed_columns; the logits array takes the columns' width and they are bound."""
         super().feed_columns(columns)
-        self._allocate(self.buffers)
+        self._allocate(self.kv)
 
     def step(self, tokens: np.ndarray) -> np.ndarray:
         """Feed one token per row; the step's logits, [rows, vocab]."""
-        if self.length == self.buffers[0].shape[2]:
-            grown = []
-            for buffer in self.buffers:
-                bigger = np.zeros((*buffer.shape[:2], 2 * buffer.shape[2], buffer.shape[3]), np.float32)
-                bigger[:, :, : self.length] = buffer
-                grown.append(bigger)
-            self._allocate(grown)
+        if self.length == self.kv.shape[3]:
+            bigger = np.zeros((*self.kv.shape[:3], 2 * self.kv.shape[3], self.kv.shape[4]), np.float32)
+            bigger[:, :, :, : self.length] = self.kv
+            self._allocate(bigger)
         self.ids[:, 0] = tokens
         self.seqlens[:] = self.length  # GroupQueryAttention's seqlens_k: the total length less one
         self.total[()] = self.length + 1
@@ -108,16 +131,14 @@ class InPlaceRun(CachedRun):
             self._gather(rows, sentences=rows[::beams] // beams)
             return
         moved = np.flatnonzero(rows != np.arange(len(rows)))
-        filled = slice(0, self.length)
-        for buffer in self.buffers if len(moved) else ():
-            if len(moved) > len(rows) // 2:
-                buffer[:, :, filled] = buffer[rows, :, filled]
-            else:
-                buffer[moved, :, filled] = buffer[rows[moved], :, filled]
+        if len(moved):  # only the rows that moved, even when most did: the others' bytes stay where they are
+            self.kv[:, moved, :, : self.length] = self.kv[:, rows[moved], :, : self.length]
 
     def _gather(self, source: np.ndarray, sentences: np.ndarray) -> None:
         """Row i becomes a copy of row source[i]; the cross K/V keep the rows of `sentences`."""
         self.mask = self.mask[source]
         if len(sentences) < len(next(iter(self.cross.values()))):
             self.cross = {name: array[sentences] for name, array in self.cross.items()}
-        self._allocate([buffer[source] for buffer in self.buffers])
+        kv = np.zeros((len(self.kv), len(source), *self.kv.shape[2:]), np.float32)
+        kv[:, :, :, : self.length] = self.kv[:, source, :, : self.length]  # the filled positions only
+        self._allocate(kv)

@@ -19,8 +19,9 @@ eval set on tiny and on the trained hsk-enzh, the condition for keeping it, but 
    order of summation are MLAS's, and the eval set keeps every token (tested);
 8. the in-place step (passes.inplace_attention, the "inplace" layout, the runtime's default): self-attention as ORT's
    GroupQueryAttention over cache buffers the runtime binds as past and present (runtime.inplace), so no step copies
-   a cache; ORT's attention kernel sums in another order: fp32 keeps the eval set's tokens, int8 moved 1-2 of 471
-   hsk-enzh translations (notebook 07's ablation counts them on every run).
+   a cache, fed by one packed q/k/v projection; cross-attention as one MultiHeadAttention node per layer (71 nodes a
+   step on hsk-enzh int8 instead of 119); ORT's attention kernels sum in another order: fp32 keeps the eval set's
+   tokens, int8 moved 0-2 of 471 hsk-enzh translations (notebook 07's ablation counts them on every run).
 """
 
 from __future__ import annotations
@@ -40,11 +41,11 @@ TUNED = ("fp32-tuned", "int8-tuned")
 def build_tuned(fp32_dir: str | Path, work_dir: str | Path) -> dict[str, str]:
     """`variants/fp32-tuned` and `variants/int8-tuned` (folded, then notebook 06's int8 recipe; each with the
     lean layouts' cross K/V file, the tuned step and the in-place step, its weights in one mapped file), if
-    missing or built before the in-place step existed."""
+    missing or built before the in-place step's fused attention existed."""
     built = {name: str(Path(work_dir) / "variants" / name) for name in TUNED}
     for name, then in zip(TUNED, (None, dynamic_int8())):
         recipe = read_manifest(built[name]).get("recipe", {})
-        if not (recipe.get("inplace_step") and (Path(built[name]) / layout.WEIGHTS).is_file()):
+        if not (recipe.get("fused_attention") and (Path(built[name]) / layout.WEIGHTS).is_file()):
             build_variant(
                 name,
                 fp32_dir,
@@ -57,6 +58,7 @@ def build_tuned(fp32_dir: str | Path, work_dir: str | Path) -> dict[str, str]:
                     "tuned_step": True,
                     "search_head": True,
                     "inplace_step": True,
+                    "fused_attention": True,
                 },
                 finalize=_finalize,
             )
