@@ -202,11 +202,15 @@ def test_tuned_step_gives_bit_identical_logits_and_the_same_beams_past_the_buffe
         ), beams
 
 
-def test_inplace_step_attends_as_the_tuned_step_through_beams_retirement_and_growth(tuned):
+def test_inplace_step_attends_as_the_tuned_step_through_beams_retirement_and_growth(tuned, monkeypatch):
     """The in-place step (GroupQueryAttention over bound buffers) against the tuned step, fed the same tokens for
     more steps than the buffers' starting capacity: the first reorder widens one row per sentence to 2 beams,
-    later reorders move rows, one drops a sentence; logits agree within float32 rounding of the attention."""
+    later reorders move rows, one drops a sentence; logits agree within float32 rounding of the attention. The
+    buffers start as NaN where not yet filled: the step must read only the filled positions."""
+    from mtonnx.runtime import inplace as runtime_inplace
     from mtonnx.runtime.inplace import CAPACITY
+
+    monkeypatch.setattr(runtime_inplace, "_buffer", lambda shape: np.full(shape, np.nan, np.float32))
 
     directory = Path(tuned["fp32-tuned"])
     model = onnx.load(str(directory / layout.INPLACE_STEP), load_external_data=False)
@@ -228,6 +232,7 @@ def test_inplace_step_attends_as_the_tuned_step_through_beams_retirement_and_gro
     rows, tokens, worst = 3, np.full(3, inplace.settings.decoder_start_token_id), 0.0
     for step in range(CAPACITY + 8):
         a, b = (run.step(tokens) for run in runs)
+        assert np.isfinite(a).all(), step  # (max() would skip a NaN difference)
         worst = max(worst, float(np.abs(a - b).max()))
         if step == 0:
             order = np.repeat(np.arange(rows), 2)  # row = sentence -> its 2 beams

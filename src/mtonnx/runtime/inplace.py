@@ -44,7 +44,7 @@ class InPlaceRun(CachedRun):
         self.head_binding = decoder.head.io_binding() if decoder.head is not None else None
         self.top: tuple[np.ndarray, np.ndarray] | None = None  # the search head's outputs, bound
         names = layout.past_names(decoder.layers, layout.SELF)
-        self._allocate(np.zeros((len(names), len(mask), decoder.heads, CAPACITY, decoder.head_dim), np.float32))
+        self._allocate(_buffer((len(names), len(mask), decoder.heads, CAPACITY, decoder.head_dim)))
 
     def _allocate(self, kv: np.ndarray) -> None:
         """Bind each slice of `kv` (layout.past_names(layers, SELF) order along its first axis) as past and
@@ -107,7 +107,7 @@ class InPlaceRun(CachedRun):
     def step(self, tokens: np.ndarray) -> np.ndarray:
         """Feed one token per row; the step's logits, [rows, vocab]."""
         if self.length == self.kv.shape[3]:
-            bigger = np.zeros((*self.kv.shape[:3], 2 * self.kv.shape[3], self.kv.shape[4]), np.float32)
+            bigger = _buffer((*self.kv.shape[:3], 2 * self.kv.shape[3], self.kv.shape[4]))
             bigger[:, :, :, : self.length] = self.kv
             self._allocate(bigger)
         self.ids[:, 0] = tokens
@@ -139,6 +139,12 @@ class InPlaceRun(CachedRun):
         self.mask = self.mask[source]
         if len(sentences) < len(next(iter(self.cross.values()))):
             self.cross = {name: array[sentences] for name, array in self.cross.items()}
-        kv = np.zeros((len(self.kv), len(source), *self.kv.shape[2:]), np.float32)
+        kv = _buffer((len(self.kv), len(source), *self.kv.shape[2:]))
         kv[:, :, :, : self.length] = self.kv[:, source, :, : self.length]  # the filled positions only
         self._allocate(kv)
+
+
+def _buffer(shape: tuple[int, ...]) -> np.ndarray:
+    """Cache memory, uninitialised: GroupQueryAttention reads only the filled positions (tested with NaN-filled
+    buffers), and zeroing them cost 34 of 520 ms translating 128 hsk-enzh sentences in batches of 32 at beam 4."""
+    return np.empty(shape, np.float32)

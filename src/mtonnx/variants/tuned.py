@@ -21,7 +21,7 @@ eval set on tiny and on the trained hsk-enzh, the condition for keeping it, but 
    GroupQueryAttention over cache buffers the runtime binds as past and present (runtime.inplace), so no step copies
    a cache, fed by one packed q/k/v projection; cross-attention as one MultiHeadAttention node per layer (71 nodes a
    step on hsk-enzh int8 instead of 119); ORT's attention kernels sum in another order: fp32 keeps the eval set's
-   tokens, int8 moved 0-2 of 471 hsk-enzh translations (notebook 07's ablation counts them on every run).
+   tokens, int8 moved 0-1 of 471 hsk-enzh translations (notebook 07's ablation counts them on every run).
 """
 
 from __future__ import annotations
