@@ -1,5 +1,5 @@
 """Notebook 07's ablations: what each tuning step (variants.tuned) bought in time and in memory, tokens kept, and
-what retiring done sentences buys at real lengths (forced lengths never retire one)."""
+what the runtime's real-length choices buy (retiring done sentences, encoding rows of similar length together)."""
 
 from __future__ import annotations
 
@@ -127,45 +127,52 @@ def ablation(
     return results
 
 
-def retirement(
+# The runtime's choices that only real lengths show (decoding.GenerationSettings flags, on by default): the forced
+# lengths above never retire a sentence, and their batches are the eval set's first rows, whatever their lengths.
+REAL_LENGTH_OPTIONS = {
+    "retire_finished": "retiring done sentences",
+    "group_encoder": "encoding rows of similar length together",
+}
+
+
+def real_lengths(
     variant_dir: str,
     rows: list[list[int]],
     batch: int,
     beams: int,
     max_new_tokens: int,
+    option: str = "retire_finished",
     warmup: int = 1,
     repeats: int = 3,
     threads: int = 1,
 ) -> dict[str, Any]:
-    """What retiring done sentences (decoding.retire_finished) buys where sentences stop at eos: `rows` at their real
-    lengths in length-sorted batches (Translator.generate_sorted), with and without it, repetitions interleaved;
-    sentences per second, the paired speedup and how many sentences got the same tokens (all of them, but for
-    dynamic int8, whose activation scale spans the rows of a batch)."""
+    """What a REAL_LENGTH_OPTIONS flag buys where sentences have their own lengths: `rows` in length-sorted batches
+    (Translator.generate_sorted), with the flag on and off, repetitions interleaved; sentences per second, the
+    paired speedup and how many sentences got the same tokens (all of them, but for dynamic int8, whose activation
+    scale spans the rows of a batch or of an encoder run)."""
+    if option not in REAL_LENGTH_OPTIONS:
+        raise ValueError(f"option must be one of {', '.join(REAL_LENGTH_OPTIONS)}, got {option!r}")
     translator = Translator(variant_dir, session=SessionSettings(threads=threads))
     timed = interleaved(
         {
-            retire: functools.partial(
-                translator.generate_sorted,
-                rows,
-                batch,
-                num_beams=beams,
-                max_new_tokens=max_new_tokens,
-                retire_finished=retire,
+            on: functools.partial(
+                translator.generate_sorted, rows, batch, num_beams=beams, max_new_tokens=max_new_tokens, **{option: on}
             )
-            for retire in (True, False)
+            for on in (True, False)
         },
         max(warmup, 1),
         repeats,
     )
-    retired, full = timed[True], timed[False]
+    with_it, without = timed[True], timed[False]
     return {
+        "option": option,
         "batch": batch,
         "beams": beams,
         "sentences": len(rows),
-        "sentences_per_s": round(len(rows) / retired["median_ms"] * 1000, 1),
-        "sentences_per_s_without": round(len(rows) / full["median_ms"] * 1000, 1),
-        "speedup": paired_ratio(full["times_ms"], retired["times_ms"]),
-        "same_tokens": sum(a == b for a, b in zip(retired["result"], full["result"])),
+        "sentences_per_s": round(len(rows) / with_it["median_ms"] * 1000, 1),
+        "sentences_per_s_without": round(len(rows) / without["median_ms"] * 1000, 1),
+        "speedup": paired_ratio(without["times_ms"], with_it["times_ms"]),
+        "same_tokens": sum(a == b for a, b in zip(with_it["result"], without["result"])),
     }
 
 

@@ -83,15 +83,18 @@ def run_benchmark(
     corpus = peers.measure_engines(
         corpus_engines, paths, corpus_configs, rows, warmup=1, repeats=min(b["repeats"], CORPUS_REPEATS)
     )
-    log(f"retiring done sentences: the eval corpus at batch {CORPUS_BATCH}, with and without ...")
-    retired = ablations.retirement(
-        paths.int8_tuned,
-        rows,
-        CORPUS_BATCH,
-        params["generation"]["num_beams"],
-        params["generation"]["max_new_tokens"],
-        repeats=min(b["repeats"], CORPUS_REPEATS),
-    )
+    real_lengths = {}
+    for option, what in ablations.REAL_LENGTH_OPTIONS.items():
+        log(f"{what}: the eval corpus at batch {CORPUS_BATCH}, with and without ...")
+        real_lengths[option] = ablations.real_lengths(
+            paths.int8_tuned,
+            rows,
+            CORPUS_BATCH,
+            params["generation"]["num_beams"],
+            params["generation"]["max_new_tokens"],
+            option,
+            repeats=min(b["repeats"], CORPUS_REPEATS),
+        )
     log("the search inside the graph (ORT's BeamSearch op) against the runtime's loop and CTranslate2 ...")
     search = search_graph.compare_search(
         paths,
@@ -142,7 +145,8 @@ def run_benchmark(
         "rss_after_run_mb": {name: m["rss_mb"] for name, m in ran.items()},
         "rss_kinds_mb": {"after_load": _kinds(loaded), "after_run": _kinds(ran)},
         "memory_ablation": ablations.memory_ablation(tuned),
-        "retirement": retired,
+        "retirement": real_lengths["retire_finished"],
+        "encoder_groups": real_lengths["group_encoder"],
         "search_graph": search,
         "restricted": restricted,
         "restriction_sizes": sized,
@@ -446,6 +450,7 @@ def metrics(result: dict[str, Any]) -> dict[str, Any]:
         ],
         "memory_ablation": {r["step"]: r["rss_mb"] for r in result["memory_ablation"]},
         "retirement": result["retirement"],
+        "encoder_groups": result["encoder_groups"],
         "search_graph": search_graph_metrics(result["search_graph"]),
         "bytes_per_token": result["step_bytes"],
         "restricted": result["restricted"],

@@ -48,6 +48,7 @@ class GenerationSettings:
     screen_candidates: bool = True  # beam search: score only the candidates that can win (False: score all)
     search_head: bool = True  # beam search: top log-probabilities from the search head, if the run has one (Run)
     retire_finished: bool = True  # stop decoding the rows of done sentences (False: every row to the end, as generate)
+    group_encoder: bool = True  # encode rows of similar length together (False: the whole batch, padding included)
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> GenerationSettings:

@@ -23,12 +23,12 @@ CAPACITY = 32  # positions a new run's buffers hold before their first doubling
 class InPlaceDecoder(CachedDecoder):
     """The lean layout's encoder and cross K/V file with the in-place step (layout.INPLACE_STEP)."""
 
-    def begin(self, input_ids: np.ndarray, attention_mask: np.ndarray, expand: int = 1) -> InPlaceRun:
-        """Run the encoder and the cross K/V on a batch, one row per sentence; the first reorder widens to
-        `expand` rows (beams) per sentence."""
-        hidden = self.encoder.run(["last_hidden_state"], {"input_ids": input_ids, "attention_mask": attention_mask})[0]
-        cross = self.cross_kv.run(self.cross_outputs, {"encoder_hidden_states": hidden})
-        run = InPlaceRun(self, hidden, attention_mask, cross)
+    def begin(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, expand: int = 1, grouped: bool = True
+    ) -> InPlaceRun:
+        """Run the encoder (`grouped`: CachedDecoder.encode) and the cross K/V on a batch, one row per sentence; the
+        first reorder widens to `expand` rows (beams) per sentence."""
+        run = InPlaceRun(self, attention_mask, self.cross_attention_kv(input_ids, attention_mask, grouped))
         run.widen = expand
         return run
 
@@ -36,8 +36,8 @@ class InPlaceDecoder(CachedDecoder):
 class InPlaceRun(CachedRun):
     """One batch on the in-place step: cross K/V per sentence (decoder_cross_kv), self K/V in bound buffers."""
 
-    def __init__(self, decoder: CachedDecoder, hidden: np.ndarray, mask: np.ndarray, cross: list[np.ndarray]):
-        super().__init__(decoder, hidden, mask)
+    def __init__(self, decoder: CachedDecoder, mask: np.ndarray, cross: list[np.ndarray]):
+        super().__init__(decoder, None, mask)
         self.cross = dict(zip(layout.past_names(decoder.layers, layout.CROSS), cross))
         self.length = 0  # positions filled in every buffer
         self.binding = decoder.with_past.io_binding()

@@ -163,7 +163,7 @@ class Translator:
 
     def _generate(self, input_ids: np.ndarray, attention_mask: np.ndarray, **options) -> list[list[int]]:
         settings = self.settings.with_options(**options)
-        run = self.decoder.begin(input_ids, attention_mask, expand=settings.num_beams)
+        run = self.decoder.begin(input_ids, attention_mask, settings.num_beams, settings.group_encoder)
         rows = self.output_rows
         if self.shortlist is not None:
             rows = self.shortlist.rows(input_ids, attention_mask)
