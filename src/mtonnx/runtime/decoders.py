@@ -93,7 +93,7 @@ class CachedDecoder:
         lengths = attention_mask.sum(axis=1)
         hidden = None
         for rows in groups:
-            width = int(lengths[rows].max())
+            width = max(int(lengths[rows].max()), 1)  # a group of empty rows still gets one (masked) position
             part = self._encode(input_ids[rows, :width], attention_mask[rows, :width])
             if hidden is None:
                 hidden = np.zeros((len(input_ids), input_ids.shape[1], part.shape[2]), part.dtype)
