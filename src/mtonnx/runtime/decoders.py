@@ -131,8 +131,9 @@ def length_groups(attention_mask: np.ndarray, padding: float = PADDING) -> list[
 
 
 class CachedRun:
-    """One batch being decoded: the encoder output and mask, and the cache (None before the first step; with
-    the tuned step, its self-attention keys are only the last step's: the keys live in `keys`)."""
+    """One batch being decoded: the encoder output (None on the lean layouts, which need only the cross K/V made
+    from it) and mask, and the cache (None before the first step; with the tuned step, its self-attention keys are
+    only the last step's: the keys live in `keys`)."""
 
     def __init__(self, decoder: CachedDecoder, hidden: np.ndarray | None, mask: np.ndarray):
         self.decoder, self.hidden, self.mask = decoder, hidden, mask
