@@ -237,7 +237,7 @@ def test_a_tuned_variant_without_its_whole_weights_file_names_it(tuned, tmp_path
 # Row 4: doctor checks the layout translate would pick.
 def test_doctor_fails_a_variant_whose_inplace_step_is_truncated(tiny_dir, tuned, tmp_path):
     broken = broken_copy(tuned, tmp_path / "broken", truncate(layout.INPLACE_STEP))
-    done = run_cli("doctor", "--model-dir", str(tiny_dir), "--onnx-dir", str(broken), "--json", timeout=300)
+    done = run_cli("doctor", "--model-dir", str(broken), "--source", str(tiny_dir), "--json", timeout=300)
     rows = json.loads(done.stdout)
     assert done.returncode == 1 and rows[0]["status"] == "fail" and layout.INPLACE_STEP in rows[0]["evidence"]
 
@@ -245,8 +245,8 @@ def test_doctor_fails_a_variant_whose_inplace_step_is_truncated(tiny_dir, tuned,
 def test_doctor_checks_greedy_tokens_of_the_layout_translate_picks(tiny_dir, tuned):
     from mtonnx.check.doctor import diagnose
 
-    rows = {r["check"]: r for r in diagnose(tiny_dir, tuned)}
-    assert rows["files translate loads"]["evidence"].startswith("inplace layout")
+    rows = {r["check"]: r for r in diagnose(tuned, source=tiny_dir)}
+    assert rows["every ONNX file loads"]["evidence"].startswith("inplace layout")
     assert rows["greedy tokens = generate (inplace layout)"]["status"] in ("ok", "warn")  # int8: a warning at worst
 
 
@@ -259,13 +259,13 @@ def test_doctor_catches_a_shuffled_vocab(tiny_dir, hand_export, tmp_path):
         pieces = list(vocab)
         (d / "vocab.json").write_text(json.dumps(dict(zip(pieces, reversed(list(vocab.values()))))))
 
-    rows = {r["check"]: r for r in diagnose(tiny_dir, broken_copy(hand_export, tmp_path / "b", shuffle))}
+    rows = {r["check"]: r for r in diagnose(broken_copy(hand_export, tmp_path / "b", shuffle), source=tiny_dir)}
     assert rows["vocab.json = the source model's"]["status"] == "fail"
 
 
 # Row 13: doctor without a source model, and on a hard-linked weights file: rows, not tracebacks.
 def test_doctor_without_a_source_model_is_a_row(hand_export, tmp_path):
-    done = run_cli("doctor", "--model-dir", str(tmp_path / "nope"), "--onnx-dir", str(hand_export), timeout=300)
+    done = run_cli("doctor", "--model-dir", str(hand_export), "--source", str(tmp_path / "nope"), timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("source model "))
     assert row.split()[2] == "fail" and "does not exist" in row
@@ -278,7 +278,7 @@ def test_doctor_on_a_hard_linked_weights_file(tiny_dir, tuned, tmp_path):
     linked.mkdir()
     for f in tuned.iterdir():
         (os.link if f.name == layout.WEIGHTS else shutil.copy2)(f, linked / f.name)
-    rows = diagnose(tiny_dir, linked)
+    rows = diagnose(linked, source=tiny_dir)
     assert rows[0]["status"] == "ok" and not [r for r in rows if r["status"] == "fail"], rows
     assert Translator(linked).translate("Hello.", max_new_tokens=4)
 

@@ -77,9 +77,9 @@ def test_the_core_wheel_translates_like_the_lab_without_the_lab(version, wheel, 
     assert done.returncode == 0, done.stderr[-2000:]
     lab = [Translator(hand_export).translate([s], max_new_tokens=12)[0] if s else "" for s in SENTENCES]
     assert done.stdout.split("\n")[:-1] == lab
-    doctor = core("doctor", "--model-dir", str(hand_export), "--onnx-dir", str(hand_export), "--json")
+    doctor = core("doctor", "--model-dir", str(hand_export), "--source", str(hand_export), "--json")
     rows = {r["check"]: r["status"] for r in json.loads(doctor.stdout)}
-    assert doctor.returncode == 0 and rows["files translate loads"] == "ok" and rows["opset"] == "skip", rows
+    assert doctor.returncode == 0 and rows["every ONNX file loads"] == "ok" and rows["opset"] == "skip", rows
     missing = core("run", "--params", str(REPO / "params" / "ci.yaml"))
     assert missing.returncode == 2 and missing.stderr.strip() == (
         "mtonnx: error: `mtonnx run` needs the lab extra: pip install 'mtonnx[lab]'"

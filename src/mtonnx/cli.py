@@ -22,6 +22,7 @@ import importlib.util
 import math
 import os
 import sys
+import warnings
 from pathlib import Path
 
 EXTRAS = {"run": "lab", "bench": "lab", "train": "lab", "serve": "serve", "serve-bench": "serve", "batch": "scale"}
@@ -98,8 +99,10 @@ def build_parser() -> Parser:
     bench.add_argument("--params", required=True, help="params YAML file; its bench section sets the matrix")
     bench.add_argument("--out", help="run directory (default: outputs/<params name>)")
     doctor = commands.add_parser("doctor", help="check an export directory against its source model")
-    doctor.add_argument("--model-dir", required=True, help="the source model (Hugging Face directory)")
-    doctor.add_argument("--onnx-dir", required=True, help="the export directory (hand, optimum or a variant)")
+    doctor.add_argument("--model-dir", required=True, help="the export directory (hand, optimum, a variant, deploy/)")
+    doctor.add_argument(
+        "--source", help="the source model, a Hugging Face directory (default: the one the export's manifest names)"
+    )
     doctor.add_argument("--tolerance", type=in_range(float, 0.0, 1.0), default=1e-4, help="fp32 logits tolerance")
     doctor.add_argument("--json", action="store_true", help="print the rows as JSON (for CI)")
     compare = commands.add_parser("compare", help="what changed between two run directories (exit 1 on a regression)")
@@ -135,11 +138,17 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    warnings.showwarning = _one_line_warning
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("mtonnx: interrupted", file=sys.stderr)
         return 130
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A library's or the runtime's warning as one line on stderr, without the source line Python adds."""
+    print(f"mtonnx: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
 
 def _has(extra: str) -> bool:
@@ -229,7 +238,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
     from mtonnx.check.doctor import diagnose, format_table
 
-    rows = diagnose(args.model_dir, args.onnx_dir, tolerance=args.tolerance)
+    rows = diagnose(args.model_dir, args.source, tolerance=args.tolerance)
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 1 if any(r["status"] == "fail" for r in rows) else 0
 
@@ -258,27 +267,52 @@ def _train(args: argparse.Namespace, params: dict) -> int:
 
 
 def _output_problem(output: str | None, source: str | None) -> str | None:
-    """Why `-o` cannot be written (checked before any work), or None."""
-    if output is None:
+    """Why `-o` cannot be written (checked before any work), or None. "-" is stdout; a device or FIFO is written in
+    place and a symlink's target atomically (foundation.files), so the check is made where the bytes will go."""
+    import tempfile
+
+    from mtonnx.foundation.files import is_special
+
+    if output is None or output == "-":
         return None
     path = Path(output)
     if path.is_dir():
         return f"-o {output} is a directory: give a file name"
-    if not path.parent.resolve().is_dir():
-        return f"-o {output}: the directory {path.parent} does not exist"
-    if not os.access(path.parent.resolve(), os.W_OK):
-        return f"-o {output}: the directory {path.parent} is not writable"
-    if source is not None and path.resolve() == Path(source).resolve():
+    if is_special(path):
+        return None if os.access(path, os.W_OK) else f"-o {output} is not writable"
+    target = Path(os.path.realpath(path))
+    if not target.parent.is_dir():
+        return f"-o {output}: the directory {target.parent} does not exist"
+    if source not in (None, "-") and target == Path(source).resolve():
         return f"-o {output} is the input file: the translation would replace it; write to another file"
+    try:  # the temp file the output is written to first: /proc, /sys or a read-only mount refuse it here
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}-"):
+            pass
+    except OSError as err:
+        return f"-o {output}: cannot create a file in {target.parent} ({err.strerror or err})"
+    return None
+
+
+def _write_stdout(text: str) -> str | None:
+    """Write the output to stdout; why it could not be written (a closed stdout, a full disk), or None. After a
+    failed write stdout points at /dev/null, so the interpreter's own flush at exit cannot fail again."""
+    if sys.stdout is None:
+        return "stdout is closed: give an output file with -o FILE"
+    try:
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.buffer.flush()
+    except OSError as err:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return f"cannot write the translation to stdout ({err.strerror or err})"
     return None
 
 
 def _translate(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from mtonnx.report.artifacts import write_atomic
+    from mtonnx.foundation.files import write_atomic
     from mtonnx.runtime import ModelDirError, SessionSettings, Translator
-    from mtonnx.runtime.textio import InputError, read_text, split_lines, translate_lines
+    from mtonnx.runtime.textio import InputError, read_text, split_lines
     from mtonnx.runtime.translator import max_positions
 
     def fail(message: str) -> int:
@@ -288,6 +322,7 @@ def _translate(args: argparse.Namespace) -> int:
     problem = _output_problem(args.output, args.input)
     if problem:
         return fail(problem)
+    options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
     try:
         positions = max_positions(Path(args.model_dir)) if Path(args.model_dir).is_dir() else None
         if positions and args.max_new_tokens and args.max_new_tokens >= positions:
@@ -295,43 +330,64 @@ def _translate(args: argparse.Namespace) -> int:
                 f"--max-new-tokens {args.max_new_tokens}: the model has {positions} positions, so at most "
                 f"{positions - 1} new tokens"
             )
-        text = read_text(args.input, errors=args.errors)
         translator = Translator(args.model_dir, decoder=args.decoder, session=SessionSettings(threads=args.threads))
+        try:
+            translator.check_prefix(args.source_prefix)
+        except ValueError as err:
+            raise ValueError(f"--source-prefix: {err}") from None
+        text = read_text(args.input, errors=args.errors)
     except (ModelDirError, InputError, ValueError) as err:
         return fail(str(err))
     except OSError as err:
         return fail(f"{err.filename or args.input}: {err.strerror}")
     lines = split_lines(text)
-    options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
     with tqdm(total=0, unit="sentence", file=sys.stderr, desc="translating") as bar:
 
-        def translate(sentences: list[str]) -> list[str]:
-            bar.reset(total=len(sentences))
-            return translator.translate(
-                sentences, batch_size=args.batch_size, source_prefix=args.source_prefix, progress=bar.update, **options
+        def cut(where) -> None:
+            bar.write(
+                f"mtonnx: warning: line {where.text + 1}: a sentence too long for the model was translated in "
+                f"{where.pieces} pieces",
+                file=sys.stderr,
             )
 
-        translated = translate_lines(
-            translate,
+        def progress(done: int, total: int) -> None:
+            if bar.total != total:
+                bar.reset(total=total)
+            bar.update(done)
+
+        translated = translator.translate(
             lines,
-            fit=lambda s: translator.fit(s, args.source_prefix),
-            warn=lambda message: bar.write(f"mtonnx: warning: {message}", file=sys.stderr),
+            batch_size=args.batch_size,
+            source_prefix=args.source_prefix,
+            progress=progress,
+            on_cut=cut,
+            **options,
         )
     result = "".join(f"{line}\n" for line in translated)
-    if args.output:
-        write_atomic(args.output, result)
-    else:
-        sys.stdout.write(result)
-    return 0
+    if args.output not in (None, "-"):
+        try:
+            write_atomic(args.output, result)
+        except OSError as err:
+            return fail(f"cannot write -o {args.output} ({err.strerror or err})")
+        return 0
+    problem = _write_stdout(result)
+    return fail(problem) if problem else 0
 
 
 def _compare(args: argparse.Namespace) -> int:
     import dataclasses
     import json
 
+    from mtonnx.foundation.files import write_output
     from mtonnx.report import compare as comparing
-    from mtonnx.report.artifacts import write_atomic
 
+    def fail(message: str) -> int:
+        print(f"mtonnx: error: {message}", file=sys.stderr)
+        return 2
+
+    out = None if args.out in (None, "-") else Path(args.out)
+    if out is not None and out.exists() and not out.is_dir():
+        return fail(f"--out {args.out} is a file: give a directory to write compare.{args.format} into")
     try:
         a, b = comparing.load_run(args.run_a), comparing.load_run(args.run_b)
         flags = {"speed_margin": args.speed_margin, "size_threshold": args.size_threshold}
@@ -340,18 +396,22 @@ def _compare(args: argparse.Namespace) -> int:
         )
         result = comparing.compare(a, b, thresholds)
     except comparing.CompareError as err:
-        print(f"mtonnx: error: {err}", file=sys.stderr)
-        return 2
+        return fail(str(err))
     text = {
         "md": comparing.to_markdown,
         "html": comparing.to_html,
         "json": lambda r: json.dumps(r, ensure_ascii=False, indent=2, default=str) + "\n",
     }[args.format](result)
-    if args.out:
-        path = write_atomic(Path(args.out) / f"compare.{args.format}", text)
+    if out is not None:
+        try:
+            path = write_output(out / f"compare.{args.format}", text)
+        except OSError as err:
+            return fail(f"cannot write into --out {args.out} ({err.strerror or err})")
         print(f"compare: {path}", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        problem = _write_stdout(text)
+        if problem:
+            return fail(problem)
     for regression in result["regressions"]:
         print(f"mtonnx: regression: {regression}", file=sys.stderr)
     return 1 if result["regressions"] else 0

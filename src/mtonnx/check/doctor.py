@@ -41,7 +41,7 @@ class Subject:
     """What the checks look at: the export, the layout translate would pick, and the source model (if it loads)."""
 
     onnx_dir: Path
-    model_dir: Path
+    model_dir: Path | None
     tolerance: float = 1e-4
     sentences: list[str] = field(default_factory=list)
     layout: str | None = None
@@ -94,11 +94,11 @@ def precision(graphs: dict[str, Any]) -> str:
 
 
 def check_files(s: Subject) -> Check:
-    """Every file of the layout translate picks (and of the split layout the other checks read) loads in ORT."""
+    """Every ONNX file of the directory loads in ORT; the layout translate picks is named."""
     from mtonnx.runtime.sessions import make_session
     from mtonnx.runtime.translator import ModelDirError, pick_layout
 
-    name = "files translate loads"
+    name = "every ONNX file loads"
     try:
         s.layout = pick_layout(s.onnx_dir)
     except ModelDirError:
@@ -109,7 +109,8 @@ def check_files(s: Subject) -> Check:
             f"missing {', '.join(missing)}",
             "export encoder, decoder and decoder-with-past (mtonnx.export.manual.export_manual or optimum)",
         )
-    files = list(dict.fromkeys([*layout.LAYOUTS[s.layout], *(f for f in RUNTIME_FILES if (s.onnx_dir / f).is_file())]))
+    # Every ONNX file the directory holds, not only the default layout's: `--decoder` can load any of them.
+    files = list(dict.fromkeys([*layout.LAYOUTS[s.layout], *sorted(p.name for p in s.onnx_dir.glob("*.onnx"))]))
     for f in files:
         try:
             make_session(s.onnx_dir / f)
@@ -339,8 +340,20 @@ CHECKS: list[tuple[Callable[[Subject], Check], bool, tuple[str, ...]]] = [
 ]
 
 
-def source_problem(model_dir: Path) -> str | None:
+def source_of(onnx_dir: Path) -> Path | None:
+    """The source model an export records in its manifest (export_manifest.json's `source`), if it still exists."""
+    manifest = onnx_dir / layout.EXPORT_MANIFEST
+    try:
+        source = json.loads(manifest.read_text(encoding="utf-8")).get("source") if manifest.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(source) if isinstance(source, str) and Path(source).is_dir() else None
+
+
+def source_problem(model_dir: Path | None) -> str | None:
     """Why the source model cannot be compared with (None when it can)."""
+    if model_dir is None:
+        return "no source model given, and the export's manifest names none that exists here"
     if not model_dir.is_dir():
         return f"{model_dir} does not exist"
     missing = [f for f in ("config.json", "generation_config.json", "vocab.json") if not (model_dir / f).is_file()]
@@ -348,27 +361,34 @@ def source_problem(model_dir: Path) -> str | None:
 
 
 def diagnose(
-    model_dir: str | Path, onnx_dir: str | Path, tolerance: float = 1e-4, sentences: list[str] | None = None
+    onnx_dir: str | Path,
+    source: str | Path | None = None,
+    tolerance: float = 1e-4,
+    sentences: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every check (stopping after a failed file check); returns the rows."""
-    subject = Subject(Path(onnx_dir), Path(model_dir), tolerance, sentences or [])
+    """Run every check on the export `onnx_dir` against its source model `source` (default: the one its manifest
+    records), stopping after a failed file check; returns the rows. Without a source model the checks that compare
+    with it are skipped, each saying so."""
+    onnx_dir = Path(onnx_dir)
+    given = source is not None
+    subject = Subject(onnx_dir, Path(source) if given else source_of(onnx_dir), tolerance, sentences or [])
     first = check_files(subject)
     if first.status == "fail":
         return [asdict(first)]
     rows = [first]
     problem = source_problem(subject.model_dir)
-    if problem:
+    if problem and given:
         rows.append(
             Check(
                 "source model",
                 "fail",
                 problem,
-                "give the model the export was made from: --model-dir (a Hugging Face directory)",
+                "give the model the export was made from: --source (a Hugging Face directory)",
             )
         )
     for check, needs_source, modules in CHECKS:
         if needs_source and problem:
-            rows.append(Check(check.__name__.removeprefix("check_"), "skip", "no source model to compare with"))
+            rows.append(Check(check.__name__.removeprefix("check_"), "skip", f"{problem}: give --source to compare"))
         elif not _has(*modules):
             rows.append(Check(check.__name__.removeprefix("check_"), "skip", LAB))
         else:

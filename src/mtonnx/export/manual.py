@@ -23,8 +23,8 @@ from torch import nn
 
 from mtonnx.export.samples import EXPORT_CASE, SampleInputs
 from mtonnx.export.wrappers import Subgraph, subgraphs
+from mtonnx.foundation.files import staged_dir
 from mtonnx.params import DEFAULT_EXPORTER, DEFAULT_OPSET, EXPORTERS
-from mtonnx.report.artifacts import staged_dir
 from mtonnx.runtime import layout
 
 # Opsets each exporter writes correctly in torch 2.13 and ONNX Runtime 1.32 runs (SDPA needs 14; the dynamo
@@ -170,7 +170,7 @@ def build_manifest(
     model, directory: Path, entries: dict[str, dict], exporter: str, opset: int, source_dir
 ) -> dict[str, Any]:
     """Files with their inputs/outputs (dtype, symbolic shape), opset, exporter, versions, config hash."""
-    from mtonnx.report.envinfo import PACKAGES, version_of
+    from mtonnx.foundation.envinfo import PACKAGES, version_of
 
     config = json.dumps(model.config.to_dict(), sort_keys=True, default=str)
     return {

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.export.manual import io_table
+from mtonnx.foundation.files import staged_dir
 from mtonnx.report import graphinfo
-from mtonnx.report.artifacts import staged_dir
 from mtonnx.runtime import layout
 
 TASK = "text2text-generation-with-past"

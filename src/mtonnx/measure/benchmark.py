@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from mtonnx import data
+from mtonnx.foundation.files import staged_dir, write_json
 from mtonnx.measure import ablation as ablations
 from mtonnx.measure import peers, restriction, search_graph, step_bytes, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
-from mtonnx.report.artifacts import staged_dir, write_json
 from mtonnx.runtime import MarianSpmTokenizer
 from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.sources import models, train

@@ -196,7 +196,7 @@ def write_translations(
 ) -> Path:
     """variants/translations.json: the eval set and every variant's translations of it (the report's samples and
     `mtonnx compare`'s changed translations read it)."""
-    from mtonnx.report.artifacts import write_json
+    from mtonnx.foundation.files import write_json
     from mtonnx.runtime import layout
 
     return write_json(

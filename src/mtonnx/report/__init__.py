@@ -4,7 +4,7 @@ model inspection, and `context`, the one call that opens a notebook.
 Importing this package is light (no torch, papermill or matplotlib): the heavy parts load when called.
 """
 
-from mtonnx.report.artifacts import staged_dir, write_atomic, write_json
+from mtonnx.foundation.files import staged_dir, write_atomic, write_json
 from mtonnx.report.record import record, recorded, save_figure
 
 

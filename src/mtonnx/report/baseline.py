@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from mtonnx.data import Pair
-from mtonnx.report.artifacts import write_json
+from mtonnx.foundation.files import write_json
 
 BASELINE_FILE = "baseline.json"
 

@@ -75,24 +75,60 @@ class Thresholds:
 
 
 def load_run(run_dir: str | Path) -> dict[str, Any]:
-    """A run directory's metrics, env and translations; CompareError when it is not a run directory."""
+    """A run directory's metrics, env and translations; CompareError (one line naming the file) when it is not a
+    run directory or a file in it does not have the shape a run writes."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise CompareError(f"{run_dir} is not a directory")
-    try:
-        metrics = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-        env = json.loads((run_dir / "env.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise CompareError(f"{run_dir} is not a readable run directory (metrics.json, env.json): {err}") from None
+    metrics = _read_json(run_dir / "metrics.json", dict)
+    for key in ("bench", "quant", "run"):
+        _mapping(metrics, key, run_dir / "metrics.json")
+    results = metrics.get("bench", {}).get("results", [])
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        raise CompareError(f"{run_dir / 'metrics.json'}: 'bench.results' is not a list of rows")
+    env = _read_json(run_dir / "env.json", dict)
+    for key in ("params", "packages", "cpu", "git"):
+        if not isinstance(env.get(key, {}), dict):
+            raise CompareError(f"{run_dir / 'env.json'}: '{key}' is {type(env[key]).__name__}, not an object")
+    if not isinstance(env.get("params", {}).get("model", {}), dict):
+        raise CompareError(f"{run_dir / 'env.json'}: 'params.model' is not an object")
     translations_path = run_dir / "variants" / layout.TRANSLATIONS
-    translations = json.loads(translations_path.read_text(encoding="utf-8")) if translations_path.is_file() else {}
+    translations = _read_json(translations_path, dict) if translations_path.exists() else {}
+    if not isinstance(translations.get("sources", []), list) or not all(
+        isinstance(texts, list) for texts in _mapping(translations, "variants", translations_path).values()
+    ):
+        raise CompareError(f"{translations_path}: expected sources as a list and variants as lists of translations")
     return {"dir": str(run_dir), "metrics": metrics, "env": env, "translations": translations}
+
+
+def _read_json(path: Path, kind: type) -> Any:
+    """A JSON file's content of the given kind; CompareError naming the file otherwise."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CompareError(f"{path.parent} is not a run directory: it has no {path.name}") from None
+    except (OSError, ValueError) as err:
+        raise CompareError(f"{path} cannot be read: {' '.join(str(err).split())[:160]}") from None
+    if not isinstance(value, kind):
+        raise CompareError(f"{path} holds a JSON {type(value).__name__}, not an object: not a file a run writes")
+    return value
+
+
+def _mapping(container: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = container.get(key, {})
+    if not isinstance(value, dict):
+        raise CompareError(f"{path}: '{key}' is {type(value).__name__}, not an object")
+    return value
 
 
 def thresholds_of(run: dict[str, Any]) -> Thresholds:
     """The `compare` section of the params a run recorded (defaults where it has none)."""
-    section = run["env"].get("params", {}).get("compare", {})
-    return Thresholds(**{k: section[k] for k in ("speed_margin", "size_threshold") if k in section})
+    section = _mapping(run["env"].get("params", {}), "compare", Path(run["dir"]) / "env.json")
+    values = {k: section[k] for k in ("speed_margin", "size_threshold") if k in section}
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise CompareError(f"{Path(run['dir']) / 'env.json'}: params.compare.{key} is {value!r}, not a number")
+    return Thresholds(**values)
 
 
 def compare(a: dict[str, Any], b: dict[str, Any], thresholds: Thresholds = Thresholds()) -> dict[str, Any]:
@@ -212,16 +248,29 @@ def _without_timing_lists(metrics: dict[str, Any]) -> dict[str, Any]:
 def _series(metrics: dict[str, Any]) -> dict[str, tuple[str, list[float]]]:
     """Every per-repetition timing a run recorded, by a stable name: (its group, its times)."""
     series = {
-        f"bench {r['engine']} {r['config']}": (f"bench {r['config']}", r["times_ms"])
+        f"bench {r.get('engine')} {r.get('config')}": (f"bench {r.get('config')}", r["times_ms"])
         for r in metrics.get("bench", {}).get("results", [])
-        if r.get("times_ms")
+        if _timings(r.get("times_ms"))
     }
     for name, row in metrics.get("quant", {}).items():
         if isinstance(row, dict):
             series.update(
-                {f"quant {name} {k}": (f"quant {k}", v) for k, v in row.items() if k.startswith("times_ms") and v}
+                {
+                    f"quant {name} {k}": (f"quant {k}", v)
+                    for k, v in row.items()
+                    if k.startswith("times_ms") and _timings(v)
+                }
             )
     return series
+
+
+def _timings(value: Any) -> bool:
+    """A non-empty list of numbers (anything else under a timing key is listed as changed, not judged)."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in value)
+    )
 
 
 def _relative(series: dict[str, tuple[str, list[float]]], keys: set[str]) -> dict[str, list[float]]:
@@ -259,6 +308,8 @@ def _speed(a: dict[str, Any], b: dict[str, Any], t: Thresholds) -> list[dict[str
     out = []
     for key in sorted(keys):
         ta, tb = series_a[key][1], series_b[key][1]
+        if ta == tb:  # the same numbers: nothing changed (comparing a run with itself)
+            continue
         if key in relative_a and key in relative_b:
             verdict = _beyond(relative_a[key], relative_b[key], t.speed_margin)
             if _beyond([float(np.median(ta))], [float(np.median(tb))], t.speed_margin) != verdict:

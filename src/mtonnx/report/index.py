@@ -18,7 +18,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from mtonnx.data import HSK_CREDIT
-from mtonnx.report.artifacts import write_atomic
+from mtonnx.foundation.files import write_atomic
 from mtonnx.report.baseline import BASELINE_FILE
 from mtonnx.report.record import FIGURES_DIR, captions, flatten
 from mtonnx.runtime import layout

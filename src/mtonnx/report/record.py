@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mtonnx.report.artifacts import write_atomic, write_json
+from mtonnx.foundation.files import write_atomic, write_json
 
 METRICS_DIR, FIGURES_DIR = "metrics", "figures"
 CAPTIONS = "captions.json"

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mtonnx.report import envinfo
-from mtonnx.report.artifacts import write_atomic, write_json
+from mtonnx.foundation import envinfo
+from mtonnx.foundation.files import write_atomic, write_json
 from mtonnx.report.fingerprint import SECTION, fingerprint
 from mtonnx.report.index import write_index
 from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, merge_metrics, record

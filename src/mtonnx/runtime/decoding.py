@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -29,6 +30,13 @@ from typing import Protocol
 import numpy as np
 
 NEG = np.float32(-1.0e9)  # transformers' "impossible" score, in float32 as there
+
+
+SEARCH_KEYS = ("num_beams", "max_length", "length_penalty", "early_stopping")  # named when taken from elsewhere
+
+
+class MissingGenerationConfig(UserWarning):
+    """A model directory without generation_config.json: the search settings came from config.json or defaults."""
 
 
 @dataclass(frozen=True)
@@ -52,15 +60,19 @@ class GenerationSettings:
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> GenerationSettings:
-        """Defaults from generation_config.json (else config.json), as `generate` reads them."""
+        """Defaults from generation_config.json, as `generate` reads them. Without that file, `generate` takes what
+        config.json holds and its own defaults for the rest, and so does this, with a MissingGenerationConfig warning
+        that names the settings taken: they decide the search (num_beams 1 is greedy)."""
         directory = Path(directory)
         path = directory / "generation_config.json"
         config = json.loads((path if path.is_file() else directory / "config.json").read_text(encoding="utf-8"))
+        if not isinstance(config, dict):
+            raise ValueError(f"the top level is {type(config).__name__}, not an object")
         bad = config.get("bad_words_ids") or []
         if any(len(words) != 1 for words in bad):
             raise ValueError("only single-token bad_words_ids are supported")
         eos = config["eos_token_id"]
-        return cls(
+        settings = cls(
             decoder_start_token_id=config["decoder_start_token_id"],
             eos_token_id=eos[0] if isinstance(eos, list) else eos,
             pad_token_id=config["pad_token_id"],
@@ -72,6 +84,18 @@ class GenerationSettings:
             bad_token_ids=tuple(words[0] for words in bad),
             forced_eos_token_id=config.get("forced_eos_token_id"),
         )
+        if not path.is_file():
+            taken = ", ".join(
+                f"{key} {getattr(settings, key)} ({'config.json' if key in config else 'default'})"
+                for key in SEARCH_KEYS
+            )
+            warnings.warn(
+                f"{directory} has no generation_config.json: decoding with {taken}; copy the source model's "
+                "generation_config.json beside the ONNX files to decode as it does",
+                MissingGenerationConfig,
+                stacklevel=2,
+            )
+        return settings
 
     def with_options(
         self, num_beams: int | None = None, max_new_tokens: int | None = None, **fields

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from mtonnx.runtime import decoding, heap, layout
+from mtonnx.runtime import decoding, heap, layout, segments
 from mtonnx.runtime.decoders import CachedDecoder, NoCacheDecoder
 from mtonnx.runtime.decoding import GenerationSettings
 from mtonnx.runtime.inplace import InPlaceDecoder
@@ -31,6 +31,7 @@ from mtonnx.runtime.tokenizer import MarianSpmTokenizer, pad
 
 MAX_BATCH = 256  # sentences per model call at most: memory grows with it (a batch of 1000 held GBs)
 MAX_BEAMS = 64
+PREFIX_ROOM = 8  # positions a source prefix must leave for the sentence (a piece of `fit` is at least one word)
 
 
 class ModelDirError(RuntimeError):
@@ -192,9 +193,16 @@ class Translator:
             heap.release()
         return out
 
-    def validate(self, batch_size: int = 8, num_beams: int | None = None, max_new_tokens: int | None = None) -> None:
-        """ValueError (one line) for options this model cannot run (check_options)."""
+    def validate(
+        self,
+        batch_size: int = 8,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        source_prefix: str = "",
+    ) -> None:
+        """ValueError (one line) for options this model cannot run (check_options, check_prefix)."""
         check_options(self.max_positions, batch_size, num_beams, max_new_tokens)
+        self.check_prefix(source_prefix)
 
     def fit(self, text: str, source_prefix: str = "") -> list[str]:
         """`text` as pieces that each fit the model's positions: itself when it fits, else cut at clause
@@ -229,34 +237,63 @@ class Translator:
             ]
         return units
 
+    def check_prefix(self, source_prefix: str) -> None:
+        """ValueError (one line) when `source_prefix` leaves a sentence no room in the model's positions: every piece
+        a long sentence is cut into carries it, so a prefix that fills the positions would fail inside ONNX Runtime."""
+        if not source_prefix:
+            return
+        used = len(self.tokenizer.encode(source_prefix))  # with eos, as every encoded sentence has it
+        if used + PREFIX_ROOM > self.max_positions:
+            raise ValueError(
+                f"the source prefix is {used} tokens and the model has {self.max_positions} positions: a prefix must "
+                f"leave {PREFIX_ROOM} of them to the sentence, so it can have at most "
+                f"{self.max_positions - PREFIX_ROOM} tokens"
+            )
+
     def translate(
-        self, texts: str | Iterable[str], batch_size: int = 8, source_prefix: str = "", progress=None, **options
+        self,
+        texts: str | Iterable[str],
+        batch_size: int = 8,
+        source_prefix: str = "",
+        progress=None,
+        on_cut: Callable[[segments.Cut], None] | None = None,
+        **options,
     ) -> str | list[str]:
-        """Translate texts in length-sorted batches (less padding); output order = input order, one output per
-        input (a str in, a str out). A text longer than the model's positions is translated in pieces (`fit`),
-        with a warning naming it. `progress` is called with the number of pieces done after each batch."""
+        """Translate texts (a str in, a str out; a list in, a list of as many out, in order) by the one rule of
+        runtime.segments: each text's lines sentence by sentence, joined back line for line. A sentence longer than
+        the model's positions is translated in pieces (`fit`) and reported to `on_cut` (default: a warning naming
+        the text and line). `progress(done, total)` is called with the pieces done after each batch and their total."""
         if isinstance(texts, str):
-            return self.translate([texts], batch_size, source_prefix, progress, **options)[0]
+            return self.translate([texts], batch_size, source_prefix, progress, on_cut, **options)[0]
+        if isinstance(texts, (bytes, bytearray)):
+            raise TypeError("texts is bytes, not str: decode it first (e.g. data.decode('utf-8'))")
         texts = list(texts)
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
-        self.validate(batch_size, options.get("num_beams"), options.get("max_new_tokens"))
-        pieces = [self.fit(t, source_prefix) if t.strip() else [t] for t in texts]
-        for i, p in enumerate(pieces):
-            if len(p) > 1:
+        self.validate(batch_size, options.get("num_beams"), options.get("max_new_tokens"), source_prefix)
+        segmented = segments.segment(texts, fit=lambda sentence: self.fit(sentence, source_prefix))
+        for cut in segmented.cuts:
+            if on_cut is not None:
+                on_cut(cut)
+            else:
                 warnings.warn(
-                    f"text {i} is longer than the model's {self.max_positions} positions: translated in "
-                    f"{len(p)} pieces cut at clause or word boundaries",
+                    f"text {cut.text}, line {cut.line}: a sentence longer than the model's {self.max_positions} "
+                    f"positions was translated in {cut.pieces} pieces cut at clause or word boundaries",
                     stacklevel=2,
                 )
-        flat = [piece for p in pieces for piece in p]
-        encoded = [self.tokenizer.encode(f"{source_prefix} {t}".strip()) for t in flat]
-        out = [self.tokenizer.decode(ids) for ids in self.generate_sorted(encoded, batch_size, progress, **options)]
-        joined, done = [], iter(out)
-        for p in pieces:
-            joined.append("".join(next(done) for _ in p))
-        return joined
+        total = len(segmented.pieces)
+        counted = (lambda done: progress(done, total)) if progress else None
+        return segmented.join(self.translate_pieces(segmented.pieces, batch_size, source_prefix, counted, **options))
+
+    def translate_pieces(
+        self, pieces: list[str], batch_size: int = 8, source_prefix: str = "", progress=None, **options
+    ) -> list[str]:
+        """Translate pieces that are already segmented (runtime.segments: one sentence, or a cut part of one, each
+        fitting the model's positions) in length-sorted batches; one translation per piece, in order. `progress` is
+        called with each batch's size."""
+        encoded = [self.tokenizer.encode(f"{source_prefix} {t}".strip()) for t in pieces]
+        return [self.tokenizer.decode(ids) for ids in self.generate_sorted(encoded, batch_size, progress, **options)]
 
 
 def check_dir(directory: Path, decoder: str = "auto") -> str:
@@ -287,12 +324,24 @@ def pick_layout(directory: Path, decoder: str = "auto") -> str:
 
 def max_positions(directory: Path) -> int:
     """The model's positions: config.json's max_position_embeddings, else tokenizer_config.json's
-    model_max_length, else 512 (Marian's)."""
+    model_max_length, else 512 (Marian's). A file that is not a JSON object, or a value that is not a whole number
+    of at least 2, is a ModelDirError naming the file and the key."""
     for name, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length")):
         path = Path(directory) / name
-        value = json.loads(path.read_text(encoding="utf-8")).get(key) if path.is_file() else None
-        if value:
-            return int(value)
+        if not path.is_file():
+            continue
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ModelDirError(f"{path} is not readable JSON ({err}); copy it from the source model again") from None
+        if not isinstance(config, dict):
+            raise ModelDirError(f"{path} holds a JSON {type(config).__name__}, not an object; copy it again")
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+            raise ModelDirError(f"{path}: {key} is {value!r}, not a whole number of positions (at least 2)")
+        return value
     return 512
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mtonnx.report.artifacts import write_with
+from mtonnx.foundation.files import write_with
 from mtonnx.scale.inputs import Input
 
 OUTPUT = pa.schema(

@@ -21,7 +21,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from mtonnx.report.envinfo import version_of
+from mtonnx.foundation.envinfo import version_of
 from mtonnx.runtime import layout
 from mtonnx.serve import auth, schema
 from mtonnx.serve.batcher import Batcher, QueueFull

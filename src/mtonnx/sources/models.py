@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx import data
-from mtonnx.report.artifacts import staged_dir
+from mtonnx.foundation.files import staged_dir
 from mtonnx.sources.marian import OPUS_MT_EN_ZH, new_marian
 from mtonnx.sources.tokenizer_build import write_marian_tokenizer
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from mtonnx.report.artifacts import staged_dir
+from mtonnx.foundation.files import staged_dir
 from mtonnx.runtime import layout
 
 Transform = Callable[[Path, Path], dict[str, Any]]
@@ -81,7 +81,7 @@ def _quiet_root_logger() -> Iterator[None]:
 
 
 def _versions() -> dict[str, str | None]:
-    from mtonnx.report.envinfo import version_of
+    from mtonnx.foundation.envinfo import version_of
 
     return {p: version_of(p) for p in ("onnx", "onnxruntime", "torch")}
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import onnx
 
+from mtonnx.foundation.files import staged_dir
 from mtonnx.passes.output_rows import restrict, target_rows
 from mtonnx.passes.weightfile import externalize
-from mtonnx.report.artifacts import staged_dir
 from mtonnx.runtime import layout
 from mtonnx.variants.build import read_manifest
 

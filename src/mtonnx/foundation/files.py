@@ -1,5 +1,13 @@
-"""Files a step leaves behind, never half-written: a file is written to a temp path and renamed over the
-target; a directory is built in a staging directory beside the target and moved into place when complete."""
+"""Files a step leaves behind, never half-written, and outputs that respect what their path already is.
+
+- A regular file (or a new path) is written to a temp file beside it and renamed over it, so a failed write
+  leaves the old file as it was.
+- A symlink is followed: its target is written that way, and the link stays a link.
+- A character device, FIFO, socket or other special file (`/dev/null`, `/dev/stdout`, a named pipe) is opened
+  and written in place, streaming, as `cat > X` would: renaming a file over it would replace the device.
+- "-" is stdout (`write_output`).
+- A directory is built in a staging directory beside the target and moved into place when complete.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,8 @@ import contextlib
 import json
 import os
 import shutil
+import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,21 +32,50 @@ def write_atomic(path: str | Path, content: str | bytes) -> Path:
     return write_with(path, lambda tmp: Path(tmp).write_bytes(data))
 
 
+def is_special(path: str | Path) -> bool:
+    """Whether `path` (symlinks followed) exists and is neither a regular file nor a directory: a device, a FIFO,
+    a socket. Such a path is written in place, never replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def write_with(path: str | Path, write: Callable[[str], Any]) -> Path:
-    """`write(tmp)` a hidden temp file beside `path`, then rename it over `path`, with the mode an ordinary new
-    file gets (0666 less the umask, not mkstemp's 0600: reports and shards are read by others)."""
+    """`write(tmp)` a hidden temp file beside `path` (beside a symlink's target), then rename it over it, with the
+    mode of the file it replaces, or the one an ordinary new file gets (0666 less the umask, not mkstemp's 0600:
+    reports and shards are read by others). A special file (`is_special`) is handed to `write` itself: it is
+    written in place."""
     path = Path(path)
+    if is_special(path):
+        write(str(path))
+        return path
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else 0o666 & ~_UMASK  # a replaced file keeps its own
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_UMASK)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_output(path: str | Path, content: str | bytes) -> Path | None:
+    """A command's output: "-" is stdout, anything else `write_atomic` (which writes a device or FIFO in place and
+    follows a symlink). Returns the path written, None for stdout."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    if str(path) == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return None
+    return write_atomic(path, data)
 
 
 def write_json(path: str | Path, obj: Any) -> Path:

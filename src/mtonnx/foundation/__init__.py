@@ -1,0 +1,8 @@
+"""The bottom layer: helpers every other package may use and that use nothing of this project.
+
+- `files`: writes that never leave half a file (temp then rename, staged directories) and that respect what an
+  output path already is (a device, a FIFO, a symlink).
+- `envinfo`: the versions, machine and git commit a run's numbers came from.
+
+Standard library only at import time, so the torch-free runtime can build on it.
+"""
