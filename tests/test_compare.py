@@ -39,7 +39,7 @@ def test_one_engine_three_times_slower_is_a_regression_and_faster_an_improvement
     slow = run({"mtonnx-int8": [3.0, 3.1, 2.9]})
     verdicts = speed(run(), slow)
     assert verdicts.pop("bench mtonnx-int8 b1_beam1_t1_n8") == "regression"
-    assert set(verdicts.values()) == {"within noise"}
+    assert verdicts == {}  # the engines whose timings are the same numbers did not change: not listed
     assert compare.compare(run(), slow)["regressions"] == ["speed: bench mtonnx-int8 b1_beam1_t1_n8 2.0 -> 6.0"]
     assert speed(slow, run())["bench mtonnx-int8 b1_beam1_t1_n8"] == "improvement"
 
@@ -51,7 +51,7 @@ def test_a_peer_engine_slower_or_faster_is_reported_but_never_a_regression():
     assert speed(slow, run())["bench ct2-int8 b1_beam1_t1_n8"] == "peer faster"
     assert result["regressions"] == []
     row = next(r for r in compare.summary_rows(result) if r["kind"] == "speed")
-    assert (row["changed"], row["regressions"], row["within noise"]) == (len(ENGINES), 0, len(ENGINES) - 1)
+    assert (row["changed"], row["regressions"], row["within noise"]) == (1, 0, 0)
 
 
 def test_a_repetition_busy_for_every_engine_does_not_hide_one_engine_three_times_slower():
@@ -75,10 +75,10 @@ def test_one_repetition_jumping_to_another_level_does_not_hide_a_three_times_slo
     b = run({**{e: steady for e in ENGINES}, "mtonnx-int8": tripled})
     verdicts = speed(a, b)
     assert verdicts.pop("bench mtonnx-int8 b1_beam1_t1_n8") == "regression"
-    assert set(verdicts.values()) == {"within noise"}
-    assert speed(a, run({**{e: steady for e in ENGINES}, "mtonnx-int8": jumpy[::-1]})) == dict.fromkeys(
-        speed(a, b), "within noise"
-    )  # the same jumpy engine, repetitions in another order: no change
+    assert verdicts == {}
+    assert speed(a, run({**{e: steady for e in ENGINES}, "mtonnx-int8": jumpy[::-1]})) == {
+        "bench mtonnx-int8 b1_beam1_t1_n8": "within noise"
+    }  # the same jumpy engine, repetitions in another order: no change
 
 
 def test_a_slower_engine_whose_peers_got_as_much_faster_is_within_noise():

@@ -21,7 +21,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import REPO, cli_env, mtonnx_cmd, run_cli
 from mtonnx.runtime import Translator, layout
-from mtonnx.runtime.textio import clean, split_lines, split_sentences, translate_lines
+from mtonnx.runtime.segments import clean, segment, split_sentences
+from mtonnx.runtime.textio import split_lines
 
 GOOD_OUTPUT = "an earlier, good translation\n"
 
@@ -75,7 +76,8 @@ def test_control_characters_never_break_a_line(hand_export, tmp_path):
 def test_any_text_gives_one_output_line_per_input_line(text):
     lines = split_lines(text)
     assert len(lines) == text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-    out = translate_lines(lambda sentences: [f"<{s}>" for s in sentences], lines)
+    segmented = segment(lines)
+    out = segmented.join(f"<{s}>" for s in segmented.pieces)
     assert len(out) == len(lines)
     for line, translated in zip(lines, out):
         assert "\n" not in translated
@@ -235,11 +237,14 @@ def test_a_tuned_variant_without_its_whole_weights_file_names_it(tuned, tmp_path
 
 
 # Row 4: doctor checks the layout translate would pick.
-def test_doctor_fails_a_variant_whose_inplace_step_is_truncated(tiny_dir, tuned, tmp_path):
-    broken = broken_copy(tuned, tmp_path / "broken", truncate(layout.INPLACE_STEP))
+@pytest.mark.parametrize("step", [layout.INPLACE_STEP, layout.TUNED_STEP, layout.SEARCH_HEAD])
+def test_doctor_fails_a_variant_with_any_onnx_file_truncated(tiny_dir, tuned, tmp_path, step):
+    """The default layout's step, and files of other layouts that `--decoder` can load (issue 36: a truncated
+    decoder_with_past_tuned.onnx passed, since only the default layout's files were loaded)."""
+    broken = broken_copy(tuned, tmp_path / "broken", truncate(step))
     done = run_cli("doctor", "--model-dir", str(broken), "--source", str(tiny_dir), "--json", timeout=300)
     rows = json.loads(done.stdout)
-    assert done.returncode == 1 and rows[0]["status"] == "fail" and layout.INPLACE_STEP in rows[0]["evidence"]
+    assert done.returncode == 1 and rows[0]["status"] == "fail" and step in rows[0]["evidence"]
 
 
 def test_doctor_checks_greedy_tokens_of_the_layout_translate_picks(tiny_dir, tuned):

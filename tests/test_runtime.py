@@ -16,7 +16,7 @@ from conftest import REPO, mtonnx_cmd, run_cli
 from mtonnx import data
 from mtonnx.check.parity import runtime_parity
 from mtonnx.runtime import MarianSpmTokenizer, ModelDirError, Translator
-from mtonnx.runtime.textio import split_sentences
+from mtonnx.runtime.segments import split_sentences
 
 SOURCES = [p.en for p in data.eval_set({"hsk_size": 16, "techdocs_size": 8, "eval_split": "test"})]
 
@@ -115,9 +115,10 @@ def test_overlong_input_is_translated_in_pieces_with_a_warning(layouts):
     pieces = translator.fit(long_text)
     assert len(pieces) > 1 and " ".join(pieces) == long_text
     assert all(len(translator.tokenizer.encode(p)) <= translator.max_positions for p in pieces)
-    with pytest.warns(UserWarning, match=r"text 0 is longer than the model's 256 positions: translated in \d+ pieces"):
+    warning = r"text 0, line 1: a sentence longer than the model's 256 positions was translated in \d+ pieces"
+    with pytest.warns(UserWarning, match=warning):
         out = translator.translate([long_text, "Hello."], max_new_tokens=5)
-    assert len(out) == 2 and out[0] == "".join(translator.translate(pieces, max_new_tokens=5))
+    assert len(out) == 2 and out[0] == "".join(translator.translate_pieces(pieces, max_new_tokens=5))
 
 
 def test_split_sentences():

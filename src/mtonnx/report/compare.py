@@ -98,7 +98,9 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
         isinstance(texts, list) for texts in _mapping(translations, "variants", translations_path).values()
     ):
         raise CompareError(f"{translations_path}: expected sources as a list and variants as lists of translations")
-    return {"dir": str(run_dir), "metrics": metrics, "env": env, "translations": translations}
+    run = {"dir": str(run_dir), "metrics": metrics, "env": env, "translations": translations}
+    thresholds_of(run)  # its params' compare section is read later: checked now, for either side
+    return run
 
 
 def _read_json(path: Path, kind: type) -> Any:
