@@ -19,7 +19,7 @@ import pytest
 
 from mtonnx import data
 from mtonnx.runtime import Translator
-from mtonnx.runtime.textio import split_sentences, translate_lines
+from mtonnx.runtime.segments import split_sentences
 from mtonnx.scale import ScaleError, add_arguments, inputs, main, shards, translate_files, work
 
 OPTIONS = {"num_beams": 2, "max_new_tokens": 8}  # the tiny model never stops by itself: bound its output
@@ -73,6 +73,11 @@ def _rows(out: Path) -> list[dict]:
 
 def _by_id(out: Path) -> dict[str, dict]:
     return {row["id"]: row for row in _rows(out)}
+
+
+def _untranslated(chunks: list[dict]) -> list[tuple[list[str], list[str], list[list[str]]]]:
+    """work.translated's results for chunks left as they are: each text its own translation, no warnings."""
+    return [(c["text"], c["error"], [[] for _ in c["id"]]) for c in chunks]
 
 
 # --- reading: the same rows from every format -------------------------------------------------------------------
@@ -137,10 +142,11 @@ def test_local_equals_translator(hand_export, corpus, local_out):
 
     for name in ("doc0.txt", "doc1.txt", "records.jsonl"):  # a file's rows without an error: one translate call
         rows = [r for r in _rows(out) if r["source"].endswith(name) and not r["error"]]
-        assert [r["translation"] for r in rows] == translate_lines(translate, [r["text"] for r in rows])
+        assert [r["translation"] for r in rows] == translate([r["text"] for r in rows])
     rows = [r for r in _rows(out) if r["source"].endswith("doc1.txt")]
-    singles = [r for r in rows if r["text"]]  # one sentence a line: exactly Translator.translate of the lines
-    assert [r["translation"] for r in singles] == translate([r["text"] for r in singles])
+    singles = [r for r in rows if r["text"]]  # one sentence a line: exactly the model's translations of the lines
+    pieces = translator.translate_pieces([r["text"] for r in singles], batch_size=BATCH, **OPTIONS)
+    assert [r["translation"] for r in singles] == pieces
     empty = [r for r in rows if not r["text"]]
     assert len(empty) == 1 and empty[0]["translation"] == "" and empty[0]["error"] == ""
 
@@ -155,7 +161,10 @@ def test_local_ids_errors_and_counts(local_out):
     assert rows["doc0:14"]["text"] == "Tab here there and there."
     assert result["errors"] == len(errors) and result["rows"] == len(rows)
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        f"{s}.parquet{e}" for s in ("doc0", "doc1", "doc2", "records", "bin", "str") for e in ("", ".done")
+        [
+            shards.LOCK,
+            *(f"{s}.parquet{e}" for s in ("doc0", "doc1", "doc2", "records", "bin", "str") for e in ("", ".done")),
+        ]
     )
 
 
@@ -166,13 +175,14 @@ def test_rerun_skips_and_redoes_only_incomplete(hand_export, corpus, tmp_path):
     first = translate_files(hand_export, inputs_, out, **run)
     assert translate_files(hand_export, inputs_, out, **run)["skipped"] == 3
     before = _rows(out)
-    (out / "doc1.parquet.done").unlink()  # killed between the shard's rename and its sidecar
+    doc1 = inputs.find_inputs([str(corpus / "doc1.txt")])[0]
+    shards.prepare(shards.Job(str(out)), doc1)  # killed after claiming doc1: its sidecar is a claim, not complete
     with open(out / "doc2.parquet", "ab") as f:  # a shard that is not the one its sidecar describes
         f.write(b"junk")
     (out / ".str.parquet-x1y2").write_bytes(b"half a file")  # a killed write's temp file
     again = translate_files(hand_export, inputs_, out, **run)
     assert (again["skipped"], again["rows"]) == (1, first["rows"] - 2)
-    assert _rows(out) == before and not list(out.glob(".*"))
+    assert _rows(out) == before and [p.name for p in out.glob(".*")] == [shards.LOCK]
     other = translate_files(hand_export, inputs_, out, **{**run, "options": {"num_beams": 1, "max_new_tokens": 4}})
     assert (other["skipped"], other["redone"]) == (0, 3)  # other settings: redone, never mixed in
 
@@ -180,7 +190,7 @@ def test_rerun_skips_and_redoes_only_incomplete(hand_export, corpus, tmp_path):
 def test_interrupted_write_leaves_nothing_complete(corpus, tmp_path, monkeypatch):
     job, item = shards.Job(str(tmp_path)), inputs.find_inputs([str(corpus / "doc1.txt")])[0]
     chunk_rows = work.file_chunks(Path(item.path).read_bytes(), item)
-    table = work.translated(chunk_rows, [(c["text"], c["error"]) for c in chunk_rows])
+    table = work.translated(chunk_rows, _untranslated(chunk_rows))
 
     def dies_midway(rows, path):
         Path(path).write_bytes(b"PAR1 partial")
@@ -195,7 +205,7 @@ def test_interrupted_write_leaves_nothing_complete(corpus, tmp_path, monkeypatch
 def test_parts_assemble_into_one_shard(corpus, tmp_path):
     item = inputs.find_inputs([str(corpus / "doc2.txt")])[0]
     chunk_rows = work.file_chunks(Path(item.path).read_bytes(), item, chunk_rows=5)
-    table = work.translated(chunk_rows, [(c["text"], c["error"]) for c in chunk_rows])
+    table = work.translated(chunk_rows, _untranslated(chunk_rows))
     whole, split = shards.Job(str(tmp_path / "whole")), shards.Job(str(tmp_path / "split"))
     Path(whole.out_dir).mkdir()
     Path(split.out_dir).mkdir()
@@ -218,9 +228,11 @@ def test_a_failing_translation_fails_only_its_row(hand_export, monkeypatch):
         return real(sentences, **kwargs)
 
     monkeypatch.setattr(chunks.translator, "translate", fragile)
-    translations, errors = chunks.translate(["Hello.", "boom", "", "Thank you."], ["", "", "", ""])
+    places = [f"f line {k}" for k in range(1, 5)]
+    translations, errors, warnings = chunks.translate(["Hello.", "boom", "", "Thank you."], [""] * 4, places)
     assert errors == ["", "translation failed: RuntimeError: the model broke", "", ""]
     assert translations[1:3] == ["", ""] and translations[0] == real(["Hello."], **OPTIONS)[0]
+    assert warnings == [[]] * 4
 
 
 # --- the command line -------------------------------------------------------------------------------------------
@@ -256,7 +268,7 @@ def test_a_setting_the_model_cannot_run_fails_before_any_work(hand_export, corpu
     assert not out.exists()
 
 
-@pytest.mark.parametrize("module", ["ray.data", "pyarrow"])
+@pytest.mark.parametrize("module", ["ray.data", "pyarrow", "filelock"])
 def test_missing_extra_names_the_install(hand_export, corpus, tmp_path, capsys, monkeypatch, module):
     monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
     argv = ["--model-dir", str(hand_export), "--input", str(corpus), "--output", str(tmp_path / "o"), "--engine", "ray"]
@@ -269,12 +281,150 @@ def test_cli_local_jsonl_and_summary(hand_export, corpus, tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["--model-dir", str(hand_export), "--input", str(corpus / "doc1.txt"), str(corpus / "records.jsonl")]
     argv += ["--output", str(out), "--format", "jsonl", "--beams", "1", "--max-new-tokens", "4", "--batch-size", "3"]
-    assert main(_args(*argv)) == 0
-    err = capsys.readouterr().err
-    assert "22 rows from 2 files (6 with an error)" in err and "[local]" in err
+    assert main(_args(*argv)) == 1  # bad rows: written with their error, and the job says so
+    err = capsys.readouterr().err.splitlines()
+    assert "22 rows from 2 files (6 with an error)" in err[-2] and "[local]" in err[-2]
+    assert err[-1].startswith("mtonnx: error: rows with an error: 6 ")
     lines = (out / "records.jsonl").read_text(encoding="utf-8").splitlines()
     assert json.loads(lines[0])["id"] == "101" and set(json.loads(lines[0])) == set(shards.OUTPUT.names)
-    assert main(_args(*argv)) == 0 and "skipping 2 of 2 inputs" in capsys.readouterr().err
+    assert main(_args(*argv)) == 1  # skipped, and its shards still hold the 6 bad rows
+    err = capsys.readouterr().err
+    assert "skipping 2 of 2 inputs" in err and "(complete, 6 rows with an error)" in err
+
+
+# --- issue 36: the tester's repros ---------------------------------------------------------------------------------
+
+
+def _doc1_argv(hand_export, corpus, out: Path, *flags: str) -> list[str]:
+    """`mtonnx batch` over doc1.txt (every row translates) into `out`, the tiny model bounded as in OPTIONS."""
+    argv = ["--model-dir", str(hand_export), "--input", str(corpus / "doc1.txt"), "--output", str(out)]
+    return [*argv, "--beams", "2", "--max-new-tokens", "8", "--batch-size", str(BATCH), *flags]
+
+
+def test_a_second_job_on_a_held_directory_refuses_with_one_line(hand_export, corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    with shards.holding(out):  # the first job, still running
+        code = main(_args(*_doc1_argv(hand_export, corpus, out)))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err == (
+        f"mtonnx: error: {out}: another mtonnx batch job holds this output directory; wait for it to end or give "
+        "another --output\n"
+    )
+    assert [p.name for p in out.iterdir()] == [shards.LOCK]  # nothing planned, claimed or written
+
+
+def test_a_crashed_job_leaves_no_lock_behind(hand_export, corpus, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    code = (
+        "import os, signal; from mtonnx.scale import shards; "
+        f"shards.holding({str(out)!r}).__enter__(); os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    crashed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert crashed.returncode == -9 and (out / shards.LOCK).exists(), crashed.stderr[-2000:]
+    assert main(_args(*_doc1_argv(hand_export, corpus, out))) == 0, capsys.readouterr().err
+    assert shards.state(shards.Job(str(out)), inputs.find_inputs([str(corpus / "doc1.txt")])[0]) != "missing"
+
+
+def test_an_input_edited_in_place_with_the_same_size_and_mtime_is_redone(hand_export, corpus, tmp_path):
+    source = tmp_path / "corpus.txt"
+    shutil.copy(corpus / "doc1.txt", source)
+    run = dict(batch_size=BATCH, options=OPTIONS, progress=False, log=None)
+    translate_files(hand_export, str(source), tmp_path / "out", **run)
+    before = os.stat(source)
+    data = source.read_bytes()
+    first = data.split(b"\r\n", 1)[0]
+    source.write_bytes(first.swapcase() + data[len(first) :])  # same size, other text
+    os.utime(source, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(source)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    again = translate_files(hand_export, str(source), tmp_path / "out", **run)
+    assert (again["skipped"], again["redone"]) == (0, 1)
+    assert _by_id(tmp_path / "out")["corpus:1"]["text"] == first.swapcase().decode()
+
+
+def test_an_input_changed_after_planning_fails_instead_of_passing_as_the_planned_version(corpus):
+    item = inputs.find_inputs([str(corpus / "doc2.txt")])[0]
+    data = Path(item.path).read_bytes()
+    assert len(work.file_chunks(data, item)[0]["id"]) == 13
+    with pytest.raises(ScaleError, match="changed while the job ran"):
+        work.file_chunks(data.swapcase(), item)
+
+
+def test_a_file_it_did_not_write_is_refused_unless_overwrite(hand_export, corpus, tmp_path, capsys):
+    (tmp_path / "in").mkdir()
+    shutil.copy(corpus / "doc1.txt", tmp_path / "in" / "part0.txt")
+    out = tmp_path / "out"
+    out.mkdir()
+    theirs = out / "part0.parquet"
+    pq.write_table(pa.table({"user_id": [1, 2, 3]}), theirs)  # another tool's output, no sidecar of ours
+    kept = theirs.read_bytes()
+    argv = _doc1_argv(hand_export, corpus, out)
+    argv[argv.index("--input") + 1] = str(tmp_path / "in" / "part0.txt")
+    assert main(_args(*argv)) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"mtonnx: error: {theirs}: not written by mtonnx batch (no sidecar of its own); move it away, or pass "
+        "--overwrite to replace it\n"
+    )
+    assert theirs.read_bytes() == kept and sorted(p.name for p in out.iterdir()) == [shards.LOCK, "part0.parquet"]
+    assert main(_args(*argv, "--overwrite")) == 0, capsys.readouterr().err
+    assert [r["id"] for r in _rows(out)] == [f"part0:{k}" for k in range(1, 14)]
+
+
+@pytest.mark.parametrize("why", ["the model fails", "no row has text"])
+def test_a_job_whose_rows_all_fail_exits_1(hand_export, corpus, tmp_path, capsys, monkeypatch, why):
+    source = corpus / "doc1.txt"
+    if why == "the model fails":
+
+        def broken(self, texts, **options):
+            raise RuntimeError("the model is broken")
+
+        monkeypatch.setattr(Translator, "translate", broken)
+    else:
+        source = tmp_path / "bad.jsonl"
+        source.write_text('{"id": 1}\n{"id": 2, "text": null}\n{"id": 3, "text": ""}\n', encoding="utf-8")
+    argv = _doc1_argv(hand_export, corpus, tmp_path / "out")
+    argv[argv.index("--input") + 1] = str(source)
+    assert main(_args(*argv)) == 1
+    rows = _rows(tmp_path / "out")  # still written, each with its reason
+    assert rows and all(r["error"] and r["translation"] == "" for r in rows)
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == (
+        f"mtonnx: error: rows with an error: {len(rows)} (their shards in {tmp_path / 'out'} hold them, the reason in "
+        "the error column)"
+    )
+    assert f"{len(rows)} rows from 1 files ({len(rows)} with an error)" in err[-2]
+
+
+def test_a_sentence_too_long_warns_naming_the_file_and_line(hand_export, tmp_path, capsys, recwarn):
+    translator = Translator(hand_export)
+    long = ", ".join(["the teacher reads a book"] * 80)  # far more tokens than the model's positions
+    pieces = len(translator.fit(long))
+    assert pieces > 1
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "corpus.txt").write_text(f"Hello.\n\n{long}\nThank you.\n", encoding="utf-8")
+    (tmp_path / "in" / "asks.jsonl").write_text(json.dumps({"id": "q7", "text": long}) + "\n", encoding="utf-8")
+    argv = ["--model-dir", str(hand_export), "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out")]
+    assert main(_args(*argv, "--beams", "1", "--max-new-tokens", "4")) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        f"mtonnx: warning: asks.jsonl line 1 (id q7): a sentence too long for the model was translated in {pieces} "
+        "pieces",
+        f"mtonnx: warning: corpus.txt line 3: a sentence too long for the model was translated in {pieces} pieces",
+    ]
+    assert not [w for w in recwarn if "pieces" in str(w.message)]  # the job's log, not Python's warnings
+
+
+def test_an_output_that_is_a_file_is_one_line(hand_export, corpus, tmp_path, capsys):
+    out = tmp_path / "out.parquet"
+    out.write_bytes(b"someone's file")
+    assert main(_args(*_doc1_argv(hand_export, corpus, out))) == 2
+    err = capsys.readouterr().err
+    assert err == f"mtonnx: error: --output {out} is a file: give a directory for the shards (one per input file)\n"
+    assert out.read_bytes() == b"someone's file"
 
 
 def test_unreachable_address_fails_fast_with_one_line(hand_export, corpus, tmp_path, capsys):
@@ -385,11 +535,11 @@ def test_ray_rerun_skips_finished_shards(ray_out, hand_export, corpus, capsys):
     argv = ["--model-dir", str(hand_export), "--input", str(corpus / "*"), "--output", str(out), "--engine", "ray"]
     argv += ["--beams", "2", "--max-new-tokens", "8", "--batch-size", str(BATCH), "--workers", "2"]
     before = _rows(out)
-    assert main(_args(*argv)) == 0
+    assert main(_args(*argv)) == 1  # the corpus has bad rows: every run over it says so
     err = capsys.readouterr().err
     assert "skipping 6 of 6 inputs" in err and "0 rows from 0 files" in err
-    (out / "bin.parquet.done").unlink()
-    assert main(_args(*argv)) == 0
+    (out / "bin.parquet").unlink()  # killed after claiming bin, before its shard
+    assert main(_args(*argv)) == 1
     assert "skipping 5 of 6 inputs" in capsys.readouterr().err and _rows(out) == before
 
 
@@ -397,3 +547,18 @@ def test_ray_rerun_skips_finished_shards(ray_out, hand_export, corpus, capsys):
 def test_ray_refuses_a_pool_the_cluster_cannot_hold(ray_cluster, hand_export, corpus, tmp_path):
     with pytest.raises(ScaleError, match="the Ray cluster has 2 CPUs"):
         translate_files(hand_export, str(corpus / "doc1.txt"), tmp_path, engine="ray", workers=3, progress=False)
+
+
+@pytest.mark.ray
+def test_ray_reports_the_warnings_local_does(ray_cluster, hand_export, tmp_path):
+    """An actor has no terminal: a cut sentence's warning travels with its row to the driver, which logs it."""
+    long = ", ".join(["the teacher reads a book"] * 80)  # far more tokens than the model's positions
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "corpus.txt").write_text(f"Hello.\n{long}\n\nThank you.\n{long}\n", encoding="utf-8")
+    run = dict(workers=2, chunk_rows=2, options={"num_beams": 1, "max_new_tokens": 4}, progress=False)
+    logs: dict[str, list[str]] = {"local": [], "ray": []}
+    for engine, lines in logs.items():
+        translate_files(hand_export, str(tmp_path / "in"), tmp_path / engine, engine=engine, log=lines.append, **run)
+    cuts = {engine: [line for line in lines if "too long" in line] for engine, lines in logs.items()}
+    assert cuts["ray"] == cuts["local"]
+    assert [line.split(":")[2] for line in cuts["ray"]] == [" corpus.txt line 2", " corpus.txt line 5"]

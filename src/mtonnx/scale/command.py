@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beams", type=_positive, help="beam size (default: the model's generation_config)")
     parser.add_argument("--max-new-tokens", type=_positive, help="longest translation in tokens")
     parser.add_argument("--decoder", default="auto", choices=("auto", *LAYOUTS))
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace files in --output that mtonnx batch did not write"
+    )
 
 
 def settings(args: argparse.Namespace) -> dict:
@@ -57,8 +60,9 @@ def settings(args: argparse.Namespace) -> dict:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run `mtonnx batch`; 0 when every input has its shard (rows with an error included), 2 when the job cannot
-    start (one line `mtonnx: error: ...`), 1 when it failed while running."""
+    """Run `mtonnx batch`; 0 when every row of every input translated, 1 when some row has an error (its shard still
+    holds it, the reason in its error column) or the job failed while running, 2 when the job cannot start (one line
+    `mtonnx: error: ...`: a bad setting, another job on the output directory, a file there it did not write)."""
     from mtonnx.params import ParamsError
     from mtonnx.runtime.translator import ModelDirError
     from mtonnx.scale.inputs import ScaleError
@@ -76,6 +80,7 @@ def main(args: argparse.Namespace) -> int:
             decoder=args.decoder,
             options=options,
             address=args.address,
+            overwrite=args.overwrite,
             **chosen,
         )
     except (ScaleError, ParamsError, ModelDirError) as err:
@@ -87,4 +92,12 @@ def main(args: argparse.Namespace) -> int:
         print(f"mtonnx: error: the batch job failed: {type(err).__name__}: {cause}", file=sys.stderr)
         return 1
     print(summary_line(result), file=sys.stderr)
+    failed = result["errors"] + result["skipped_errors"]
+    if failed:
+        print(
+            f"mtonnx: error: rows with an error: {failed} (their shards in {args.output} hold them, the reason in the "
+            "error column)",
+            file=sys.stderr,
+        )
+        return 1
     return 0

@@ -8,12 +8,13 @@ JSONL/Parquet) carries its reason in `error` instead of failing its file.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mtonnx.runtime.textio import clean
+from mtonnx.runtime.segments import clean
 
 FORMATS = ("text", "jsonl", "parquet")
 EXTENSIONS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".pq": "parquet"}
@@ -29,13 +30,13 @@ class ScaleError(ValueError):
 
 @dataclass(frozen=True)
 class Input:
-    """One input file: its absolute path, shard stem, format, and the size and mtime that identify its version."""
+    """One input file: its absolute path, shard stem, format, and the sha256 of its bytes, which identifies its version
+    (an edit that keeps the size and mtime is still another version)."""
 
     path: str
     stem: str
     format: str
-    size: int
-    mtime_ns: int
+    sha256: str
 
 
 def format_of(path: str | Path, input_format: str = "auto") -> str:
@@ -71,8 +72,7 @@ def find_inputs(specs: list[str], input_format: str = "auto") -> list[Input]:
             continue
         if not os.access(resolved, os.R_OK):
             raise ScaleError(f"{path}: not readable")
-        stat = os.stat(resolved)
-        items[resolved] = Input(resolved, path.stem, format_of(path, input_format), stat.st_size, stat.st_mtime_ns)
+        items[resolved] = Input(resolved, path.stem, format_of(path, input_format), file_sha256(resolved))
     stems: dict[str, str] = {}
     for item in items.values():
         if item.stem in stems:
@@ -82,6 +82,15 @@ def find_inputs(specs: list[str], input_format: str = "auto") -> list[Input]:
             )
         stems[item.stem] = item.path
     return list(items.values())
+
+
+def file_sha256(path: str, block: int = 1 << 20) -> str:
+    """The sha256 of a file's bytes, read in blocks (an input can be larger than memory allows twice)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while data := f.read(block):
+            digest.update(data)
+    return digest.hexdigest()
 
 
 def read_rows(data: bytes, stem: str, fmt: str) -> dict[str, list]:

@@ -1,7 +1,9 @@
 """`translate_files`: one batch job, from its checks to its summary, on either engine.
 
-Everything that can fail without translating fails first (engine, model directory, inputs, extras), then the plan:
-inputs whose complete shard exists are skipped, the others are cleared of what an earlier run left and translated.
+Everything that can fail without translating fails first (engine, model directory, inputs, extras, the output
+directory and its lock), then the plan: inputs whose complete shard exists are skipped, the others are cleared of
+what an earlier run left and translated; a shard path holding a file this project did not write stops the job
+before anything is written, unless `overwrite`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mtonnx.scale.inputs import CHUNK_ROWS, ScaleError, find_inputs
+from mtonnx.scale.inputs import CHUNK_ROWS, Input, ScaleError, find_inputs
+
+if TYPE_CHECKING:
+    from mtonnx.scale.shards import Job
 
 ENGINES = ("local", "ray")
 EXTRA = "pip install 'mtonnx[scale]'"
@@ -48,6 +53,7 @@ def translate_files(
     options: dict[str, Any] | None = None,
     address: str | None = None,
     chunk_rows: int = CHUNK_ROWS,
+    overwrite: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = stderr,
 ) -> dict[str, Any]:
@@ -55,31 +61,21 @@ def translate_files(
 
     `engine` local (one process, no Ray) or ray (`workers` actors of `threads_per_worker` CPUs on the cluster at
     `address`, $RAY_ADDRESS, the one already initialized, or a local one started and stopped here). `options`
-    go to generate (num_beams, max_new_tokens). Returns rows, errors, translated, seconds, sentences_per_s
-    (translated rows per second of the job, cluster start-up excluded), workers, skipped, redone, startup_s.
+    go to generate (num_beams, max_new_tokens). `overwrite` replaces shard paths that hold files this project did
+    not write instead of refusing them. Returns rows, errors, translated, seconds, sentences_per_s (translated rows
+    per second of the job, cluster start-up excluded), workers, skipped, skipped_errors (rows with an error in the
+    skipped shards), redone, startup_s, and each written shard's summary.
     """
     log = log or (lambda message: None)
-    if engine not in ENGINES:
-        raise ScaleError(f"engine must be {' or '.join(ENGINES)}; got {engine!r}")
-    for name, value in (("workers", workers), ("threads_per_worker", threads_per_worker), ("batch_size", batch_size)):
-        if not (isinstance(value, int) and value >= 1):
-            raise ScaleError(f"{name} must be a positive integer; got {value!r}")
-    if chunk_rows < 1:
-        raise ScaleError(f"chunk_rows must be a positive integer; got {chunk_rows!r}")
-    from mtonnx.runtime.translator import check_dir, check_options, max_positions
-
-    check_dir(model_dir, decoder)  # the runtime's own checks, before any work
-    model = Path(model_dir).resolve()
-    try:  # a setting the model cannot run would otherwise fail every row and exit 0
-        check_options(max_positions(model), batch_size, **(options or {}))
-    except (TypeError, ValueError) as err:
-        raise ScaleError(str(err)) from None
-    items = find_inputs([inputs] if isinstance(inputs, str | Path) else [str(i) for i in inputs], input_format)
+    _check_settings(engine, workers, threads_per_worker, batch_size, chunk_rows)
+    model = _check_model(model_dir, decoder, batch_size, options)
     out = Path(output).resolve()
+    items = find_inputs([inputs] if isinstance(inputs, str | Path) else [str(i) for i in inputs], input_format)
     items = [item for item in items if not Path(item.path).is_relative_to(out)]  # a glob may reach our own shards
     if not items:
         raise ScaleError(f"no input files outside the output directory {output}")
     require("pyarrow", "mtonnx batch")
+    require("filelock", "mtonnx batch")
     if engine == "ray":
         require("ray.data", "mtonnx batch --engine ray")
     from mtonnx.scale import shards
@@ -89,13 +85,6 @@ def translate_files(
     options = dict(sorted((options or {}).items()))
     settings = {"model": str(model), "model_files": _model_files(model), "decoder": decoder}
     job = shards.Job(str(output), fmt, {**settings, "source_prefix": source_prefix, "options": options})
-    states = {item.path: shards.state(job, item) for item in items}
-    pending = [item for item in items if states[item.path] != "complete"]
-    skipped, redone = len(items) - len(pending), sum(1 for s in states.values() if s == "stale")
-    if skipped:
-        log(f"skipping {skipped} of {len(items)} inputs: their complete output is in {output}")
-    if redone:
-        log(f"redoing {redone} inputs whose output was made from another version of the input or other settings")
     given = str(model_dir)
     worker = {
         "model_dirs": (given, str(model)) if not Path(given).is_absolute() else (str(model),),
@@ -105,41 +94,42 @@ def translate_files(
         "decoder": decoder,
         "options": options,
     }
-    started, startup_s, summaries = False, 0.0, []
-    if pending and engine == "ray":
-        from mtonnx.scale import ray_engine
-
-        if len(pending) < workers:
-            log(
-                f"warning: {len(pending)} input files for {workers} workers: at most {len(pending)} busy (a file is "
-                "the unit of parallel work; split big files, e.g. split -l 100000 big.txt part-)"
-            )
-        started, startup_s = ray_engine.connect(address, workers * threads_per_worker, log)
-    try:
+    with shards.holding(_output_dir(output)):
+        states, skipped_errors = _plan(job, items, overwrite, log)
+        pending = [item for item in items if states[item.path] != "complete"]
+        started, startup_s = False, 0.0
         if pending and engine == "ray":
-            ray_engine.check_resources(workers, threads_per_worker)
-        Path(output).mkdir(parents=True, exist_ok=True)
-        for item in items:
-            shards.prepare(job, item, keep_shard=states[item.path] == "complete")
-        start = time.perf_counter()
-        if pending and engine == "local":
-            from mtonnx.scale import local
+            from mtonnx.scale import ray_engine
 
-            summaries = local.run(pending, job, worker, chunk_rows, progress)
-        elif pending:
-            summaries = ray_engine.run(pending, job, worker, workers, threads_per_worker, chunk_rows, progress)
-    finally:
-        if started:
-            import ray
+            if len(pending) < workers:
+                log(
+                    f"mtonnx: warning: {len(pending)} input files for {workers} workers: at most {len(pending)} busy "
+                    "(a file is the unit of parallel work; split big files, e.g. split -l 100000 big.txt part-)"
+                )
+            started, startup_s = ray_engine.connect(address, workers * threads_per_worker, log)
+        try:
+            if pending and engine == "ray":
+                ray_engine.check_resources(workers, threads_per_worker)
+            for item in items:
+                shards.prepare(job, item, keep_shard=states[item.path] == "complete")
+            start = time.perf_counter()
+            summaries = _run(engine, pending, job, worker, workers, threads_per_worker, chunk_rows, progress)
+        finally:
+            if started:
+                import ray
 
-            ray.shutdown()
-    seconds = time.perf_counter() - start
+                ray.shutdown()
+        seconds = time.perf_counter() - start
+    for summary in summaries:
+        for warning in summary["warnings"]:
+            log(f"mtonnx: warning: {warning}")
     translated = sum(s["translated"] for s in summaries)
     return {
         "engine": engine,
         "files": len(items),
-        "skipped": skipped,
-        "redone": redone,
+        "skipped": len(items) - len(pending),
+        "skipped_errors": skipped_errors,
+        "redone": sum(1 for state in states.values() if state == "stale"),
         "rows": sum(s["rows"] for s in summaries),
         "errors": sum(s["errors"] for s in summaries),
         "translated": translated,
@@ -153,6 +143,91 @@ def translate_files(
     }
 
 
+def _run(
+    engine: str,
+    pending: list[Input],
+    job: Job,
+    worker: dict[str, Any],
+    workers: int,
+    threads: int,
+    chunk_rows: int,
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Translate `pending` on `engine` (Ray connected and checked already); returns each shard's summary."""
+    if not pending:
+        return []
+    if engine == "local":
+        from mtonnx.scale import local
+
+        return local.run(pending, job, worker, chunk_rows, progress)
+    from mtonnx.scale import ray_engine
+
+    return ray_engine.run(pending, job, worker, workers, threads, chunk_rows, progress)
+
+
+def _check_settings(engine: str, workers: int, threads_per_worker: int, batch_size: int, chunk_rows: int) -> None:
+    """Refuse an unknown engine or a count that is not a positive integer, before anything is read."""
+    if engine not in ENGINES:
+        raise ScaleError(f"engine must be {' or '.join(ENGINES)}; got {engine!r}")
+    counts = {
+        "workers": workers,
+        "threads_per_worker": threads_per_worker,
+        "batch_size": batch_size,
+        "chunk_rows": chunk_rows,
+    }
+    for name, value in counts.items():
+        if not (isinstance(value, int) and value >= 1):
+            raise ScaleError(f"{name} must be a positive integer; got {value!r}")
+
+
+def _check_model(model_dir: str | Path, decoder: str, batch_size: int, options: dict[str, Any] | None) -> Path:
+    """The model directory, resolved, after the runtime's own checks and a check that it can run these settings:
+    a setting the model cannot run would otherwise fail every row."""
+    from mtonnx.runtime.translator import check_dir, check_options, max_positions
+
+    check_dir(model_dir, decoder)
+    model = Path(model_dir).resolve()
+    try:
+        check_options(max_positions(model), batch_size, **(options or {}))
+    except (TypeError, ValueError) as err:
+        raise ScaleError(str(err)) from None
+    return model
+
+
+def _output_dir(output: str | Path) -> Path:
+    """The output directory, created if needed; one line when it is a file or cannot be created."""
+    path = Path(output)
+    if path.exists() and not path.is_dir():
+        raise ScaleError(f"--output {output} is a file: give a directory for the shards (one per input file)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ScaleError(f"--output {output}: cannot create the directory ({err.strerror or err})") from None
+    return path
+
+
+def _plan(job: Job, items: list[Input], overwrite: bool, log: Callable[[str], None]) -> tuple[dict[str, str], int]:
+    """Each input's state (shards.state) and the rows with an error in the complete shards that are skipped;
+    refuses, before anything is written, a shard path that holds a file this project did not write (unless
+    `overwrite`, and never a directory)."""
+    from mtonnx.scale import shards
+
+    states = {item.path: shards.state(job, item) for item in items}
+    for item in items:
+        found = shards.foreign(job, item) if states[item.path] != "complete" else None
+        if found is not None and (found.is_dir() or not overwrite):
+            remedy = "" if found.is_dir() else ", or pass --overwrite to replace it"
+            raise ScaleError(f"{found}: not written by mtonnx batch (no sidecar of its own); move it away{remedy}")
+    complete = [item for item in items if states[item.path] == "complete"]
+    skipped_errors = sum(shards.sidecar(shards.marker_path(job, item.stem))["errors"] for item in complete)
+    if complete:
+        log(f"skipping {len(complete)} of {len(items)} inputs: their complete output is in {job.out_dir}")
+    redone = sum(1 for state in states.values() if state == "stale")
+    if redone:
+        log(f"redoing {redone} inputs whose output was made from another version of the input or other settings")
+    return states, skipped_errors
+
+
 def summary_line(result: dict[str, Any]) -> str:
     """The one-line summary `mtonnx batch` prints at the end."""
     done = result["files"] - result["skipped"]
@@ -162,7 +237,7 @@ def summary_line(result: dict[str, Any]) -> str:
         f"{result['threads_per_worker']} thread(s) [{result['engine']}]"
     )
     if result["skipped"]:
-        line += f"; {result['skipped']} inputs skipped (complete)"
+        line += f"; {result['skipped']} inputs skipped (complete, {result['skipped_errors']} rows with an error)"
     return f"{line}; output in {result['output']}"
 
 

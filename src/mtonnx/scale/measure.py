@@ -157,7 +157,7 @@ def io_rate(paths: list[Path], out_dir: str | Path) -> dict[str, float]:
     for item in inputs.find_inputs([str(p) for p in paths]):
         data = Path(item.path).read_bytes()
         chunks = work.file_chunks(data, item)
-        table = work.translated(chunks, [(chunk["text"], chunk["error"]) for chunk in chunks])
+        table = work.translated(chunks, [(chunk["text"], chunk["error"], [[]] * len(chunk["id"])) for chunk in chunks])
         rows += shards.write_shard(table, job, item)["rows"]
         read += len(data)
         written += shards.shard_path(job, item.stem).stat().st_size

@@ -76,7 +76,7 @@ def connect(address: str | None, cpus_needed: int, log: Callable[[str], None]) -
     else:
         cores = os.cpu_count() or 1
         if cpus_needed > cores:
-            log(f"warning: {cpus_needed} worker threads on {cores} cores: oversubscribed, expect less speed")
+            log(f"mtonnx: warning: {cpus_needed} worker threads on {cores} cores: oversubscribed, expect less speed")
         cpus = local_cpus(cpus_needed)
         ray.init(num_cpus=cpus, include_dashboard=False, logging_level=logging.WARNING)
         log(f"started a local Ray cluster ({cpus} logical CPUs) in {time.perf_counter() - start:.1f} s")
