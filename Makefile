@@ -30,6 +30,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PYTHON) -m ruff check src tests notebooks
 	$(PYTHON) -m ruff format --check src tests notebooks
+	$(ENV_DIR)/bin/lint-imports  # the layers, no cycles, a torch-free runtime: [tool.importlinter] in pyproject.toml
 
 model: $(STAMP)
 	$(PYTHON) -m mtonnx train --params params/train.yaml

@@ -11,8 +11,8 @@ import pytest
 from mtonnx import data
 from mtonnx.check import parity, pitfalls
 from mtonnx.export import manual as export
-from mtonnx.measure.quality import translate_generate
 from mtonnx.runtime import layout
+from mtonnx.sources.reference import translate_generate
 
 FILES = list(layout.HAND_EXPORT)
 

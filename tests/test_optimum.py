@@ -8,8 +8,8 @@ import pytest
 from mtonnx import data
 from mtonnx.check import parity
 from mtonnx.export import optimum as optimum_export
-from mtonnx.measure.quality import translate_generate
 from mtonnx.runtime import layout
+from mtonnx.sources.reference import translate_generate
 
 
 def test_export_writes_all_four_files(optimum_dir):

@@ -9,7 +9,8 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import _compute_p_value
 
 from mtonnx import data
-from mtonnx.measure import quality, verdicts
+from mtonnx.foundation import scores
+from mtonnx.measure import verdicts
 
 PAIRS = data.eval_set({"hsk_size": 120, "techdocs_size": 0, "eval_split": "test"})
 REFS = [p.zh for p in PAIRS]
@@ -21,7 +22,7 @@ def degraded(refs: list[str], every: int) -> list[str]:
 
 
 def gates(systems: dict[str, list[str]], base: list[str], refs: list[str], gate_bleu: float = 0.5) -> dict[str, str]:
-    stats = quality.paired_bootstrap(base, systems, refs)["systems"]
+    stats = scores.paired_bootstrap(base, systems, refs)["systems"]
     return {n: verdicts.gate(s["bleu_delta"], s["bleu_delta_ci"], gate_bleu) for n, s in stats.items()}
 
 
@@ -33,7 +34,7 @@ def test_identical_passes_half_broken_fails_a_near_tie_on_ten_sentences_is_incon
     changed = list(small_base)
     changed[1] = small_base[1][:-2]
     changed[3] = small_refs[3][: len(small_refs[3]) * 3 // 4]
-    stats = quality.paired_bootstrap(small_base, {"near": changed}, small_refs)["systems"]["near"]
+    stats = scores.paired_bootstrap(small_base, {"near": changed}, small_refs)["systems"]["near"]
     assert abs(stats["bleu_delta"]) < 0.5 and stats["bleu_delta_ci"][0] < -0.5
     assert verdicts.gate(stats["bleu_delta"], stats["bleu_delta_ci"], 0.5) == "inconclusive"
     needed = verdicts.sentences_needed(stats["bleu_delta"], stats["bleu_delta_ci"], 0.5, 10)
@@ -43,9 +44,9 @@ def test_identical_passes_half_broken_fails_a_near_tie_on_ten_sentences_is_incon
 def test_the_delta_interval_comes_from_sacrebleus_own_resamples():
     """The p-value recomputed from our resampled deltas equals sacrebleu PairedTest's: the same paired draws."""
     base, system = degraded(REFS, 3), degraded(REFS, 5)
-    result = quality.paired_bootstrap(base, {"system": system}, REFS)
-    rows = np.random.default_rng(quality.BOOTSTRAP_SEED).choice(len(REFS), size=(1000, len(REFS)), replace=True)
-    deltas = quality._resampled(BLEU(tokenize="zh"), system, REFS, rows) - quality._resampled(
+    result = scores.paired_bootstrap(base, {"system": system}, REFS)
+    rows = np.random.default_rng(scores.BOOTSTRAP_SEED).choice(len(REFS), size=(1000, len(REFS)), replace=True)
+    deltas = scores._resampled(BLEU(tokenize="zh"), system, REFS, rows) - scores._resampled(
         BLEU(tokenize="zh"), base, REFS, rows
     )
     real = BLEU(tokenize="zh").corpus_score(system, [REFS]).score - BLEU(tokenize="zh").corpus_score(base, [REFS]).score
@@ -56,7 +57,7 @@ def test_the_delta_interval_comes_from_sacrebleus_own_resamples():
     low, high = result["systems"]["system"]["bleu_delta_ci"]
     assert low < result["systems"]["system"]["bleu_delta"] < high
     assert "bs:1000|seed:12345" in result["signature"]["bleu"] and "tok:zh" in result["signature"]["bleu"]
-    assert quality.paired_bootstrap(base, {"system": system}, REFS) == result  # fixed seed: the same numbers again
+    assert scores.paired_bootstrap(base, {"system": system}, REFS) == result  # fixed seed: the same numbers again
 
 
 def row(gate: str, size: float, times: list[float]) -> dict:

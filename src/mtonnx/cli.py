@@ -19,11 +19,12 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
-import math
 import os
 import sys
 import warnings
 from pathlib import Path
+
+from mtonnx.foundation.arguments import in_range
 
 EXTRAS = {"run": "lab", "bench": "lab", "train": "lab", "serve": "serve", "serve-bench": "serve", "batch": "scale"}
 NEEDS = {"lab": ("torch", "papermill", "yaml"), "serve": ("fastapi", "uvicorn"), "scale": ("pyarrow",)}
@@ -35,23 +36,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         """One line and exit 2, instead of argparse's usage block."""
         self.exit(2, f"mtonnx: error: {self.prog.removeprefix('mtonnx ')}: {message}\n")
-
-
-def in_range(kind: type, lo: float, hi: float | None = None):
-    """An argparse type: a number of `kind` from `lo` to `hi`, or a one-line error."""
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-        if value < lo or (hi is not None and value > hi):
-            raise argparse.ArgumentTypeError(f"{value} is out of range {lo}..{hi if hi is not None else 'inf'}")
-        return value
-
-    return parse
 
 
 def build_parser() -> Parser:

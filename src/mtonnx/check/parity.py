@@ -252,7 +252,7 @@ def greedy_match(
     source_prefix: str = "",
 ) -> dict[str, Any]:
     """Fraction of sentences whose greedy token ids over the export equal `expected` (PyTorch's)."""
-    from mtonnx.report.inspection import batch
+    from mtonnx.sources.reference import batch
 
     got: list[list[int]] = []
     for i in range(0, len(sources), batch_size):
@@ -286,7 +286,7 @@ def token_match(got: list[list[int]], expected: list[list[int]]) -> dict[str, An
 def runtime_parity(translator, model, tokenizer, sources: list[str], **decoding) -> dict[str, Any]:
     """The runtime's token ids vs PyTorch `generate` on the same padded batches and settings (`decoding`: the
     keyword arguments of `runtime_ids`)."""
-    from mtonnx.measure.quality import translate_generate
+    from mtonnx.sources.reference import translate_generate
 
     expected = translate_generate(model, tokenizer, sources, progress=False, **decoding)["token_ids"]
     return token_match(runtime_ids(translator, tokenizer, sources, **decoding), expected)
@@ -314,7 +314,7 @@ def runtime_ids(
     source_prefix: str = "",
 ) -> list[list[int]]:
     """The runtime's token ids on the padded batches `generate` sees (MarianTokenizer, padding=True), in order."""
-    from mtonnx.report.inspection import batch
+    from mtonnx.sources.reference import batch
 
     got: list[list[int]] = []
     for i in range(0, len(sources), batch_size):
@@ -340,7 +340,7 @@ def layout_parity(
     """Token-identical with `generate`, per runtime layout, greedy and beam: at the baseline's batch size on every
     sentence against baseline.json (the same batches notebook 01 ran, so PyTorch need not run again), and at
     batch 1 on the first `batch1_sentences` against PyTorch at batch 1 (computed once, shared by the layouts)."""
-    from mtonnx.measure.quality import translate_generate
+    from mtonnx.sources.reference import translate_generate
 
     sources = [item["en"] for item in baseline["items"]]
     rows = []

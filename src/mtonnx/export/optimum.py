@@ -12,7 +12,7 @@ from typing import Any
 
 from mtonnx.export.manual import io_table
 from mtonnx.foundation.files import staged_dir
-from mtonnx.report import graphinfo
+from mtonnx.passes import graphinfo
 from mtonnx.runtime import layout
 
 TASK = "text2text-generation-with-past"

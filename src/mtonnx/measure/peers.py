@@ -62,7 +62,7 @@ def prepare(
     search graphs, optimum's export, CTranslate2 models."""
     from mtonnx.export.manual import export_manual
     from mtonnx.export.optimum import export_optimum
-    from mtonnx.measure.search_graph import build_search_dirs
+    from mtonnx.passes.search_graph import build_search_model
     from mtonnx.variants.build import build_variant
     from mtonnx.variants.transforms import dynamic_int8
     from mtonnx.variants.tuned import build_tuned
@@ -86,7 +86,9 @@ def prepare(
         str(work / "search" / "fp32"),
         str(work / "search" / "int8"),
     )
-    build_search_dirs(paths)
+    for source, target in ((paths.fp32_tuned, paths.search_fp32), (paths.int8_tuned, paths.search_int8)):
+        if not (Path(target) / layout.SEARCH_MODEL).is_file():
+            build_search_model(source, target)
     if not (optimum / layout.DECODER_WITH_PAST).is_file():
         export_optimum(model_dir, optimum)
     for target, quantization in ((paths.ct2_fp32, "float32"), (paths.ct2_int8, "int8")) if ct2 else ():
@@ -334,9 +336,9 @@ def contenders(
 
     import torch
 
-    from mtonnx.report.inspection import batch as tokenized
     from mtonnx.runtime import MarianSpmTokenizer
     from mtonnx.sources.models import load_pretrained
+    from mtonnx.sources.reference import batch as tokenized
 
     torch.set_num_threads(threads)
     model, hf_tokenizer = load_pretrained(model_dir)

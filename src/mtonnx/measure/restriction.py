@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from mtonnx.measure import quality, verdicts
+from mtonnx.foundation import scores
+from mtonnx.measure import verdicts
 from mtonnx.measure.step_bytes import step_bytes
 from mtonnx.measure.timing import interleaved, paired_ratio
 from mtonnx.passes.output_rows import target_rows
@@ -89,7 +90,7 @@ def restriction(
         )
         for name, t in (("full", full), ("cut", cut))
     }
-    bootstrap = quality.paired_bootstrap(hypotheses["full"], {"cut": hypotheses["cut"]}, references)["systems"]["cut"]
+    bootstrap = scores.paired_bootstrap(hypotheses["full"], {"cut": hypotheses["cut"]}, references)["systems"]["cut"]
     rows = [full.tokenizer.encode(f"{source_prefix} {s}".strip()) for s in sources]
     columns = {f"b{batch}": mean_columns(cut, rows, batch) for batch in sorted({b for b, _ in configs})}
     speed = [

@@ -10,7 +10,6 @@ repetitions interleaved, ratios paired per repetition.
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any
 
 from mtonnx.measure.peers import Engine, Paths
@@ -90,13 +89,3 @@ def same_tokens(
         "at_limit": at_limit,
         "differing": differing[:SHOWN_DIFFERENCES],
     }
-
-
-def build_search_dirs(paths: Paths) -> None:
-    """The search graphs of the tuned fp32 and int8 variants' split files, if missing."""
-    from mtonnx.passes.search_graph import build_search_model
-    from mtonnx.runtime import layout
-
-    for source, target in ((paths.fp32_tuned, paths.search_fp32), (paths.int8_tuned, paths.search_int8)):
-        if not (Path(target) / layout.SEARCH_MODEL).is_file():
-            build_search_model(source, target)

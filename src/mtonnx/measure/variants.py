@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from mtonnx.foundation.scores import paired_bootstrap, score
 from mtonnx.measure import verdicts
 from mtonnx.measure.probe import import_cost
-from mtonnx.measure.quality import paired_bootstrap, score
 from mtonnx.measure.timing import interleaved, summary
 from mtonnx.runtime import SessionSettings, Translator
 from mtonnx.variants.build import size_mb

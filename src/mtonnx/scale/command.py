@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mtonnx.cli import in_range
+from mtonnx.foundation.arguments import in_range
 from mtonnx.runtime.layout import LAYOUTS
 from mtonnx.scale.jobs import ENGINES
 

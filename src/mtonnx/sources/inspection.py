@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from mtonnx.sources.reference import batch
+
 # Config fields that decide how the model is exported and decoded, with what each one means for that.
 CONFIG_FIELDS: dict[str, str] = {
     "d_model": "hidden size: the last dim of encoder_hidden_states and of every K/V head group",
@@ -103,12 +105,6 @@ def _group(name: str) -> str:
                 return label.replace("layers", "self-attention")
             return label.replace("layers", "FFN + norms")
     return "other"
-
-
-def batch(tokenizer, sentences: list[str], source_prefix: str = ""):
-    """Tokenize a padded batch exactly as the rest of the project does (prefix, padding=True)."""
-    texts = [f"{source_prefix} {s}".strip() for s in sentences]
-    return tokenizer(texts, return_tensors="pt", padding=True)
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ from mtonnx.export.manual import error_summary, export_subgraph, load_for_export
 from mtonnx.export.samples import EXPORT_CASE, SampleInputs
 from mtonnx.export.wrappers import subgraphs
 from mtonnx.params import DEFAULT_OPSET
-from mtonnx.report import graphinfo
+from mtonnx.passes import graphinfo
 
 CONFIGS = (("torchscript", "sdpa"), ("dynamo", "sdpa"), ("dynamo", "eager"))
 
