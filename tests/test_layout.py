@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from mtonnx import data
-from mtonnx.runtime import Translator, layout
+from mtonnx.runtime import Translator, layout, layouts
 from mtonnx.variants.tuned import build_tuned
 
 SOURCES = [p.en for p in data.eval_set({"hsk_size": 4, "techdocs_size": 2, "eval_split": "test"})]
@@ -48,7 +48,7 @@ def test_cache_tensor_names_and_order_are_the_contract(directories, tiny):
     ]
 
 
-@pytest.mark.parametrize("name", list(layout.LAYOUTS))
+@pytest.mark.parametrize("name", list(layouts.BY_NAME))
 def test_every_layout_loads_through_the_contract_and_translates_alike(directories, name):
     where = {
         "inplace": "tuned",
@@ -60,7 +60,7 @@ def test_every_layout_loads_through_the_contract_and_translates_alike(directorie
     }[name]
     translator = Translator(directories[where], decoder=name)
     head = {layout.SEARCH_HEAD} if where == "tuned" else set()  # the tuned variant's beam-search head, loaded too
-    assert translator.layout == name and set(translator.sessions) == set(layout.LAYOUTS[name]) | head
+    assert translator.layout == name and set(translator.sessions) == set(layouts.BY_NAME[name].files) | head
     reference = Translator(directories["hand"], decoder="split").translate(SOURCES, num_beams=2, max_new_tokens=10)
     if where != "tuned":  # the tuned variant is int8: its own layouts must agree with each other instead
         assert translator.translate(SOURCES, num_beams=2, max_new_tokens=10) == reference
@@ -70,5 +70,21 @@ def test_every_layout_loads_through_the_contract_and_translates_alike(directorie
 
 
 def test_auto_picks_the_first_layout_present(directories):
-    assert Translator(directories["tuned"]).layout == layout.AUTO_ORDER[0] == "inplace"
+    assert Translator(directories["tuned"]).layout == layouts.AUTO_ORDER[0] == "inplace"
     assert Translator(directories["hand"]).layout == "split"
+
+
+def test_the_command_lines_offer_the_public_layouts_only():
+    """The layouts on the way to the in-place step and the no-cache baseline are kept for the lessons, not offered."""
+    from mtonnx.cli import build_parser
+
+    assert layouts.PUBLIC == ("inplace", "split", "merged")
+    decoder = next(
+        a for a in build_parser()._subparsers._group_actions[0].choices["translate"]._actions if a.dest == "decoder"
+    )
+    assert tuple(decoder.choices) == ("auto", *layouts.PUBLIC)
+    assert all(
+        set(entry.files)
+        <= {*layout.HAND_EXPORT, *layout.OPTIMUM_EXPORT, layout.CROSS_KV, layout.TUNED_STEP, layout.INPLACE_STEP}
+        for entry in layouts.REGISTRY
+    )

@@ -21,7 +21,7 @@ from mtonnx.measure import ablation as ablations
 from mtonnx.measure.probe import import_cost
 from mtonnx.passes import weightfile
 from mtonnx.passes.key_transposes import fold_key_transposes
-from mtonnx.runtime import SessionSettings, Translator, layout
+from mtonnx.runtime import SessionSettings, Translator, layout, layouts
 from mtonnx.runtime.sessions import ORT_DEFAULTS
 from mtonnx.variants.build import build_variant, read_manifest
 from mtonnx.variants.transforms import dynamic_int8, folded, with_cross_kv
@@ -458,7 +458,7 @@ def test_encoding_in_length_groups_keeps_fp32_tokens_and_the_encoder_output(tune
     assert np.abs((grouped - whole) * mask[:, :, None]).max() < 1e-5
     assert np.isfinite(grouped).all()
     settings = {"num_beams": beams, "max_new_tokens": 16, "batch_size": len(sources)}
-    present = [name for name, files in layout.LAYOUTS.items() if (Path(tuned["fp32-tuned"]) / files[-1]).is_file()]
+    present = [e.name for e in layouts.REGISTRY if (Path(tuned["fp32-tuned"]) / e.files[-1]).is_file()]
     assert {"inplace", "tuned", "lean", "split"} <= set(present)
     expected = {name: Translator(tuned["fp32-tuned"], decoder=name).translate(sources, **settings) for name in present}
     assert len({tuple(t) for t in expected.values()}) == 1  # every layout: the same tokens

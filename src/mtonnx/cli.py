@@ -40,7 +40,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> Parser:
     """The whole command line."""
-    from mtonnx.runtime.layout import LAYOUTS
+    from mtonnx.runtime.layouts import PUBLIC
 
     parser = Parser(prog="mtonnx", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -66,7 +66,7 @@ def build_parser() -> Parser:
         help="sentences per model call (1..256; memory grows with it)",
     )
     translate.add_argument("--source-prefix", default="", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
-    translate.add_argument("--decoder", default="auto", choices=("auto", *LAYOUTS))
+    translate.add_argument("--decoder", default="auto", choices=("auto", *PUBLIC))
     translate.add_argument(
         "--threads",
         type=in_range(int, 0, 256),

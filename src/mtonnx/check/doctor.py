@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from mtonnx.runtime import layout
+from mtonnx.runtime import layout, layouts
 
 RUNTIME_FILES = layout.VARIANT_FILES
 QUANTIZED_OPS = {"MatMulInteger", "DynamicQuantizeMatMul", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul"}
@@ -110,7 +110,7 @@ def check_files(s: Subject) -> Check:
             "export encoder, decoder and decoder-with-past (mtonnx.export.manual.export_manual or optimum)",
         )
     # Every ONNX file the directory holds, not only the default layout's: `--decoder` can load any of them.
-    files = list(dict.fromkeys([*layout.LAYOUTS[s.layout], *sorted(p.name for p in s.onnx_dir.glob("*.onnx"))]))
+    files = list(dict.fromkeys([*layouts.BY_NAME[s.layout].files, *sorted(p.name for p in s.onnx_dir.glob("*.onnx"))]))
     for f in files:
         try:
             make_session(s.onnx_dir / f)

@@ -11,7 +11,7 @@ from typing import Any
 from mtonnx.measure.probe import import_cost
 from mtonnx.measure.timing import interleaved, paired_ratio
 from mtonnx.runtime import SessionSettings, Translator
-from mtonnx.runtime.layout import LAYOUTS
+from mtonnx.runtime.layouts import BY_NAME
 from mtonnx.runtime.sessions import ORT_DEFAULTS
 from mtonnx.runtime.tokenizer import pad
 
@@ -185,7 +185,7 @@ def memory_ablation(dirs: dict[str, str]) -> list[dict[str, Any]]:
             f"from mtonnx.runtime import SessionSettings, Translator\n"
             f"Translator({dirs[variant]!r}, decoder={layout!r}, session=SessionSettings(threads=1))"
         )
-        present = all((Path(dirs[variant]) / f).is_file() for f in LAYOUTS[layout])
+        present = all((Path(dirs[variant]) / f).is_file() for f in BY_NAME[layout].files)
         rows.append(
             {
                 "step": label,

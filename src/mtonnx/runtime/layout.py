@@ -40,16 +40,6 @@ OPTIMUM_EXPORT = (ENCODER, DECODER, DECODER_WITH_PAST, DECODER_MERGED)
 # The files a variant transforms (the split layout): every quantized or converted variant has them.
 VARIANT_FILES = (ENCODER, DECODER, DECODER_WITH_PAST)
 
-LAYOUTS: dict[str, tuple[str, ...]] = {
-    "tuned": (ENCODER, CROSS_KV, TUNED_STEP),
-    "inplace": (ENCODER, CROSS_KV, INPLACE_STEP),
-    "lean": (ENCODER, CROSS_KV, DECODER_WITH_PAST),
-    "split": VARIANT_FILES,
-    "merged": (ENCODER, DECODER_MERGED),
-    "no-cache": (TRANSLATION_STEP,),
-}
-AUTO_ORDER = ("inplace", "tuned", "lean", "split", "merged")  # what `decoder="auto"` picks: the first layout present
-
 # Per decoder layer, in this order: self-attention key and value, cross-attention key and value.
 SELF_KEY, SELF_VALUE, CROSS_KEY, CROSS_VALUE = KV = ("decoder.key", "decoder.value", "encoder.key", "encoder.value")
 SELF, CROSS = KV[:2], KV[2:]

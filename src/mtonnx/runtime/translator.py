@@ -19,11 +19,8 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from mtonnx.runtime import decoding, heap, layout, segments
-from mtonnx.runtime.decoders import CachedDecoder, NoCacheDecoder
+from mtonnx.runtime import decoding, heap, layout, layouts, segments
 from mtonnx.runtime.decoding import GenerationSettings
-from mtonnx.runtime.inplace import InPlaceDecoder
-from mtonnx.runtime.layout import LAYOUTS
 from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.runtime.sessions import SessionSettings, make_session
 from mtonnx.runtime.shortlist import Shortlist
@@ -61,16 +58,13 @@ class Translator:
         self.max_positions = _read(self.dir, "config.json", lambda: max_positions(self.dir))
         self.output_rows = self._output_rows()
         self.shortlist = self._shortlist()
-        head = (
-            [layout.SEARCH_HEAD]
-            if self.layout in ("tuned", "inplace", "lean") and (self.dir / layout.SEARCH_HEAD).is_file()
-            else []
-        )
-        loaded = {f: self._session(f, session) for f in [*LAYOUTS[self.layout], *head]}
-        self._check_vocab(loaded[LAYOUTS[self.layout][-1]])
+        spec = layouts.BY_NAME[self.layout]
+        head = [layout.SEARCH_HEAD] if spec.search_head and (self.dir / layout.SEARCH_HEAD).is_file() else []
+        loaded = {f: self._session(f, session) for f in [*spec.files, *head]}
+        self._check_vocab(loaded[spec.files[-1]])
         self.sessions = {f: wrap(f, s) for f, s in loaded.items()} if wrap else loaded
         heap.hold()  # decoding steps reuse the heap instead of faulting it in again (runtime.heap)
-        self.decoder = self._decoder(self.sessions)
+        self.decoder = spec.decoder(self.sessions)
 
     def _session(self, file: str, settings: SessionSettings) -> ort.InferenceSession:
         try:
@@ -84,21 +78,6 @@ class Translator:
                 else "re-export it (mtonnx run, or mtonnx.export.manual.export_manual) or copy it again"
             )
             raise ModelDirError(f"{self.dir / file} cannot be loaded by ONNX Runtime ({reason}); {fix}") from None
-
-    def _decoder(self, s: dict) -> CachedDecoder | NoCacheDecoder:
-        if self.layout == "no-cache":
-            return NoCacheDecoder(s[layout.TRANSLATION_STEP])
-        if self.layout in ("tuned", "inplace", "lean"):
-            return (InPlaceDecoder if self.layout == "inplace" else CachedDecoder)(
-                s[layout.ENCODER],
-                None,
-                s[LAYOUTS[self.layout][2]],
-                cross_kv=s[layout.CROSS_KV],
-                head=s.get(layout.SEARCH_HEAD),
-            )
-        if self.layout == "merged":
-            return CachedDecoder(s[layout.ENCODER], None, s[layout.DECODER_MERGED])
-        return CachedDecoder(s[layout.ENCODER], s[layout.DECODER], s[layout.DECODER_WITH_PAST])
 
     def _output_rows(self) -> OutputRows | None:
         """The directory's logits restriction (None: the whole vocabulary), checked against the generation ids."""
@@ -120,7 +99,7 @@ class Translator:
             if shortlist is not None:
                 if self.output_rows is not None:
                     raise ValueError(f"the directory also has {layout.OUTPUT_ROWS}: shortlist a full variant")
-                if self.layout not in ("inplace", "tuned", "lean", "split"):
+                if not layouts.BY_NAME[self.layout].shortlist:
                     raise ValueError(f"a shortlist needs a variant's decoder files, not the {self.layout} layout")
                 OutputRows(shortlist.always.tolist()).settings(self.settings)
             return shortlist
@@ -311,14 +290,14 @@ def check_dir(directory: Path, decoder: str = "auto") -> str:
 
 
 def pick_layout(directory: Path, decoder: str = "auto") -> str:
-    """The layout `decoder` names, or with "auto" the first of layout.AUTO_ORDER whose files are all present."""
-    if decoder not in ("auto", *LAYOUTS):
-        raise ModelDirError(f"decoder must be auto, {', '.join(LAYOUTS)}; got {decoder!r}")
-    candidates = layout.AUTO_ORDER if decoder == "auto" else [decoder]
+    """The layout `decoder` names, or with "auto" the first of layouts.AUTO_ORDER whose files are all present."""
+    if decoder not in ("auto", *layouts.BY_NAME):
+        raise ModelDirError(f"decoder must be auto, {', '.join(layouts.BY_NAME)}; got {decoder!r}")
+    candidates = layouts.AUTO_ORDER if decoder == "auto" else [decoder]
     for name in candidates:
-        if all((Path(directory) / f).is_file() for f in LAYOUTS[name]):
+        if all((Path(directory) / f).is_file() for f in layouts.BY_NAME[name].files):
             return name
-    wanted = " or ".join(" + ".join(LAYOUTS[c]) for c in candidates)
+    wanted = " or ".join(" + ".join(layouts.BY_NAME[c].files) for c in candidates)
     raise ModelDirError(f"{directory} has no {wanted}")
 
 

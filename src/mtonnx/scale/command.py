@@ -9,7 +9,7 @@ import argparse
 import sys
 
 from mtonnx.foundation.arguments import in_range
-from mtonnx.runtime.layout import LAYOUTS
+from mtonnx.runtime.layouts import PUBLIC
 from mtonnx.scale.jobs import ENGINES
 
 _positive = in_range(int, 1)
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--source-prefix", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
     parser.add_argument("--beams", type=_positive, help="beam size (default: the model's generation_config)")
     parser.add_argument("--max-new-tokens", type=_positive, help="longest translation in tokens")
-    parser.add_argument("--decoder", default="auto", choices=("auto", *LAYOUTS))
+    parser.add_argument("--decoder", default="auto", choices=("auto", *PUBLIC))
     parser.add_argument(
         "--overwrite", action="store_true", help="replace files in --output that mtonnx batch did not write"
     )

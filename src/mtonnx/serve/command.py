@@ -10,9 +10,9 @@ import argparse
 import json
 import sys
 
-from mtonnx.runtime.layout import LAYOUTS
+from mtonnx.runtime.layouts import PUBLIC
 
-DECODERS = ("auto", *LAYOUTS)
+DECODERS = ("auto", *PUBLIC)
 SERVE_STACK = ("fastapi", "uvicorn", "prometheus_client")
 BENCH_STACK = ("httpx",)
 
