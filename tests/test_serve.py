@@ -11,10 +11,12 @@ import json
 import logging
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -23,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mtonnx import data
 from mtonnx.runtime import Translator, layout
+from mtonnx.runtime.segments import segment
 from mtonnx.serve import add_arguments, bench_arguments, bench_main, main
 from mtonnx.serve.app import create_app
 from mtonnx.serve.batcher import Batcher
@@ -77,22 +80,38 @@ def client(translator, hand_export):
 
 
 class StandIn:
-    """The Translator with a delay per call, a failure on texts containing 'boom', or a gate to hold calls."""
+    """The Translator with a delay per call, a failure on texts containing 'boom', or a gate to hold calls
+    (`entered` is set as a call begins)."""
 
     def __init__(self, inner, delay: float = 0.0, gate: threading.Event | None = None):
         self.inner, self.delay, self.gate, self.calls = inner, delay, gate, []
+        self.entered = threading.Event()
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def translate(self, texts, **options):
+    def translate_pieces(self, pieces, **options):
+        self.entered.set()
         if self.gate is not None:
             self.gate.wait(30)
         time.sleep(self.delay)
-        self.calls.append(list(texts))
-        if any("boom" in t for t in texts):
+        self.calls.append(list(pieces))
+        if any("boom" in t for t in pieces):
             raise RuntimeError("the model blew up")
-        return self.inner.translate(texts, **options)
+        return self.inner.translate_pieces(pieces, **options)
+
+
+class Echo:
+    """A stand-in Translator that answers at once: each piece's translation is the piece in brackets."""
+
+    settings = SimpleNamespace(num_beams=2, max_length=64, length_penalty=1.0, early_stopping=True)
+    layout, dir = "echo", "."
+
+    def fit(self, sentence: str, source_prefix: str = "") -> list[str]:
+        return [sentence]
+
+    def translate_pieces(self, pieces: list[str], **options) -> list[str]:
+        return [f"[{piece}]" for piece in pieces]
 
 
 def _wait_ready(c: Client) -> None:
@@ -107,6 +126,15 @@ async def _ready(http: httpx.AsyncClient) -> None:
     while (await http.get("/health/ready")).status_code != 200:
         assert time.monotonic() < deadline, "never ready"
         await asyncio.sleep(0.02)
+
+
+async def _until(condition, tries: int = 3000) -> None:
+    """Wait (10 ms steps, `tries` at most) until condition() holds."""
+    for _ in range(tries):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{condition} never held")
 
 
 def _in_process(app, work, wait_ready: bool = True):
@@ -147,6 +175,32 @@ def test_translations_equal_the_translators(client, translator):
     assert client.post("/translate", json={"q": []}).json() == {"translatedText": []}
 
 
+PARAGRAPH = (
+    "I like to drink tea. He is very tall. We go to school every day. She bought a new book. It is raining today."
+)
+
+
+def test_a_paragraph_is_translated_sentence_by_sentence_as_the_cli_does(client, translator, caplog):
+    lines = "I like tea.\nHe is very tall."
+    with caplog.at_level(logging.INFO, logger="mtonnx.serve"):
+        paragraph = client.post("/translate", json={"q": PARAGRAPH, "source": "en", "target": "zh"})
+        both = client.post("/translate", json={"q": [lines, PARAGRAPH]})
+    assert paragraph.status_code == 200 and paragraph.json() == {"translatedText": translator.translate(PARAGRAPH)}
+    assert len(segment([PARAGRAPH]).pieces) == 5
+    assert "POST /translate 200 5 sentences" in caplog.text and "POST /translate 200 7 sentences" in caplog.text
+    kept = both.json()["translatedText"]
+    assert kept == translator.translate([lines, PARAGRAPH]) and kept[0].count("\n") == 1
+
+
+def test_a_long_paragraph_gives_every_sentence(translator, caplog):
+    paragraph = " ".join(SOURCES * 20)[:5000].rsplit(". ", 1)[0] + "."
+    pieces = segment([paragraph], fit=translator.fit).pieces
+    with caplog.at_level(logging.INFO, logger="mtonnx.serve"), serving(create_app(translator)) as c:
+        answer = c.post("/translate", json={"q": paragraph, **FAST})
+    assert len(pieces) > 100 and f"POST /translate 200 {len(pieces)} sentences" in caplog.text
+    assert answer.json() == {"translatedText": translator.translate(paragraph, **_runtime(FAST))}
+
+
 def test_concurrent_requests_each_get_exactly_their_own_results(translator, hand_export):
     requests = [
         {"q": [SOURCES[(5 * i + j) % len(SOURCES)] for j in range(1 + i % 4)], **FAST}
@@ -168,7 +222,7 @@ def test_concurrent_requests_each_get_exactly_their_own_results(translator, hand
         assert answer.json()["translatedText"] == (expected[0] if isinstance(request["q"], str) else expected)
     families = _families(metrics)
     calls = _sample(families, "mtonnx_batch_sentences", "mtonnx_batch_sentences_count")
-    sentences = sum(len(r["q"]) if isinstance(r["q"], list) else 1 for r in requests)
+    sentences = sum(len(segment([r["q"]] if isinstance(r["q"], str) else r["q"]).pieces) for r in requests)
     assert _sample(families, "mtonnx_sentences_translated", "mtonnx_sentences_translated_total") == sentences
     assert calls < sentences / 4, "concurrent sentences should share model calls"
 
@@ -218,6 +272,7 @@ BAD = [
     ({"q": ["Hi"] * 33}, 413, "max_items"),
     ({"q": ["Hi", "a" * 301]}, 413, "q[1] has 301 characters; at most 300 (max_chars)"),
     ({"q": "x" * 25_000}, 413, "max_body_bytes"),
+    ({"q": ["Go. " * 70] * 16}, 413, "q has 1120 sentences; at most 1024 per request (queue_size)"),
 ]
 
 
@@ -255,6 +310,31 @@ def test_full_queue_answers_503_with_retry_after(translator):
     busy = next(a for a in answers if a.status_code == 503)
     assert busy.headers["retry-after"] == "1" and "at most 2 sentences" in busy.json()["error"]
     assert after.status_code == 200  # the service stays up
+
+
+def test_a_refused_request_is_told_how_many_sentences_it_needed(translator):
+    gate = threading.Event()
+    gate.set()
+    held = StandIn(translator, gate=gate)
+    app = create_app(held, ServeSettings(max_batch_size=1, queue_size=4))
+    batcher = app.state.service.batcher
+
+    async def work(http):
+        gate.clear()
+        held.entered.clear()
+        first = asyncio.ensure_future(http.post("/translate", json={"q": "Hi.", **FAST}))  # held in the model
+        await _until(held.entered.is_set)
+        second = asyncio.ensure_future(http.post("/translate", json={"q": "One. Two.", **FAST}))  # queued
+        await _until(lambda: batcher.depth == 2)
+        refused = await http.post("/translate", json={"q": "Where is it? I like tea. He is tall.", **FAST})
+        gate.set()
+        return refused, await first, await second
+
+    refused, first, second = _in_process(app, work)
+    assert refused.status_code == 503 and refused.json() == {
+        "error": "the service is busy: the queue holds 2 of at most 4 sentences and this request needs 3; retry later"
+    }
+    assert first.status_code == second.status_code == 200
 
 
 def test_timeout_answers_504_and_a_model_error_fails_only_its_batch(translator):
@@ -365,6 +445,7 @@ def test_command_line_errors_are_one_line_and_exit_2(hand_export, tmp_path, caps
         (["--model-dir", str(hand_export), "--max-wait-ms", "nan"], "--max-wait-ms = nan is not a finite number"),
         (["--model-dir", str(hand_export), "--api-key-file", str(tmp_path / "empty_key")], "is empty"),
         (["--model-dir", str(hand_export), "--params", str(tmp_path / "nope.yaml")], "params file not found"),
+        (["--model-dir", str(hand_export), "--source-prefix", "word " * 300], "a prefix must leave"),
     ]
     for argv, message in cases:
         assert main(_serve_args(*argv)) == 2
@@ -375,6 +456,24 @@ def test_command_line_errors_are_one_line_and_exit_2(hand_export, tmp_path, caps
     monkeypatch.setitem(sys.modules, "fastapi", None)
     assert main(_serve_args("--model-dir", str(hand_export))) == 2
     assert "pip install 'mtonnx[serve]'" in capsys.readouterr().err
+
+
+def test_a_port_in_use_is_one_line_and_never_ready(hand_export, capsys, caplog):
+    with socket.socket() as taken, caplog.at_level(logging.INFO):
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(_serve_args("--model-dir", str(hand_export), "--port", str(port))) == 2
+    error = f"mtonnx: error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert capsys.readouterr().err.splitlines() == [error]
+    assert "ready" not in caplog.text
+
+
+@pytest.mark.parametrize("value", ["0,abc", "0", "4,-1", "abc", "1,,4"])
+def test_serve_bench_concurrency_must_be_client_counts(value, capsys):
+    assert bench_main(bench_arguments(argparse.ArgumentParser()).parse_args(["--concurrency", value])) == 2
+    error = f"mtonnx: error: --concurrency {value!r}: give client counts >= 1, comma-separated, e.g. 1,4,16"
+    assert capsys.readouterr().err.splitlines() == [error]
 
 
 SLOW = {"beams": 4, "max_new_tokens": 24}
@@ -399,6 +498,8 @@ async def _hammer(url: str, headers: dict, workers: int, sigterm_after: float, p
                     refused.set()
                     return
                 outcomes.append((answer.status_code, texts, answer.json(), time.monotonic()))
+                if answer.status_code == 503:  # a request that came as the shutdown began
+                    refused.set()
 
         async def terminate() -> float:
             await asyncio.sleep(sigterm_after)
@@ -435,12 +536,15 @@ def test_a_real_service_process_end_to_end(hand_export, translator, tmp_path, ca
     log = service.log()
     ok = [o for o in outcomes if o[0] == 200]
     assert ok and all(o[2]["translatedText"] == [expected[t] for t in o[1]] for o in ok)
-    assert all(o[0] in ("ConnectError", "RemoteProtocolError", "ReadError") for o in outcomes if o[0] != 200)
+    late = [o for o in outcomes if o[0] == 503]
+    assert all(o[2] == {"error": "the service is shutting down"} for o in late)
+    assert all(o[0] in ("ConnectError", "RemoteProtocolError", "ReadError") for o in outcomes if o[0] not in (200, 503))
     assert any(o[3] > o[4] for o in ok), "requests in flight at SIGTERM should finish"
     answered = [line for line in log.splitlines() if "POST /translate " in line]
     before = 1 + sum(r["requests"] for r in results.values())  # service.translate and the bench, all 200
     assert sum(" POST /translate 200 " in line for line in answered) == len(ok) + before, "all accepted answered"
-    assert sum(" POST /translate 401 " in line for line in answered) == 1 and len(answered) == len(ok) + before + 1
+    assert sum(" POST /translate 401 " in line for line in answered) == 1
+    assert len(answered) == len(ok) + before + 1 + len(late)
     assert not any(s in log for s in SOURCES), "no text in the log without --log-text"
 
 

@@ -129,11 +129,22 @@ SCHEMA: dict[str, Any] = {
         "max_wait_ms": Field(
             float, 0.0, "dynamic batching: how long an idle model waits for a batch to fill", lo=0.0, hi=10000.0
         ),
-        "queue_size": Field(int, 1024, "sentences waiting at most; a full queue answers 503", lo=1, hi=1_000_000),
-        "request_timeout_s": Field(float, 30.0, "a request waiting longer answers 504", lo=0.1, hi=3600.0),
+        "queue_size": Field(
+            int, 1024, "sentences waiting at most: a full queue answers 503, a request of more 413", lo=1, hi=1_000_000
+        ),
+        "request_timeout_s": Field(
+            float,
+            30.0,
+            "a request's body not read within it answers 408, its translation not done within it 504",
+            lo=0.1,
+            hi=3600.0,
+        ),
+        "header_timeout_s": Field(
+            float, 5.0, "a request's headers not complete within it answer 408 and close", lo=0.1, hi=3600.0
+        ),
         "max_body_bytes": Field(int, 1_000_000, "largest request body (413 above)", lo=1, hi=1_000_000_000),
-        "max_items": Field(int, 128, "most sentences per request (413 above)", lo=1, hi=100_000),
-        "max_chars": Field(int, 5000, "most characters per sentence (413 above)", lo=1, hi=1_000_000),
+        "max_items": Field(int, 128, "most texts (items of q) per request (413 above)", lo=1, hi=100_000),
+        "max_chars": Field(int, 5000, "most characters per text (413 above)", lo=1, hi=1_000_000),
         "log_text": Field(bool, False, "log the texts of requests (off: only method, status, sentences, ms)"),
         "bench_concurrency": Field(
             list, [1, 4, 16, 64], "notebook 09: concurrent clients per load level", items=int, lo=1, hi=4096

@@ -86,7 +86,10 @@ class Batcher:
         if self._closing or self._task is None:
             raise QueueFull("the service is shutting down" if self._closing else "the batcher is not running")
         if self._waiting + len(texts) > self.queue_size:
-            raise QueueFull(f"the queue holds {self._waiting} of at most {self.queue_size} sentences")
+            raise QueueFull(
+                f"the queue holds {self._waiting} of at most {self.queue_size} sentences and this request needs "
+                f"{len(texts)}"
+            )
         if not texts:
             return []
         job = _Job(texts, key, asyncio.get_running_loop().create_future(), [None] * len(texts), len(texts))

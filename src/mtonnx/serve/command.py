@@ -32,10 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--decoder", default="auto", choices=DECODERS, help="decoder layout (default auto)")
     parser.add_argument("--source-prefix", help="text put before every sentence, e.g. '>>cmn_Hans<<'")
     parser.add_argument("--queue-size", type=int, help="most sentences waiting; more answer 503 (default 1024)")
-    parser.add_argument("--request-timeout-s", type=float, help="a request waiting longer answers 504 (default 30)")
+    parser.add_argument(
+        "--request-timeout-s", type=float, help="body not read within it: 408; translation not done: 504 (default 30)"
+    )
+    parser.add_argument("--header-timeout-s", type=float, help="headers not complete within it: 408 (default 5)")
     parser.add_argument("--max-body-bytes", type=int, help="largest request body (default 1000000)")
-    parser.add_argument("--max-items", type=int, help="most sentences per request (default 128)")
-    parser.add_argument("--max-chars", type=int, help="most characters per sentence (default 5000)")
+    parser.add_argument("--max-items", type=int, help="most texts (items of q) per request (default 128)")
+    parser.add_argument("--max-chars", type=int, help="most characters per text (default 5000)")
     return parser
 
 
@@ -66,10 +69,21 @@ def main(args: argparse.Namespace) -> int:
         return _fail(str(err))
     except Exception as err:  # a file ONNX Runtime cannot load: still one line, not a traceback
         return _fail(f"{settings.model_dir}: cannot load the model: {str(err).strip().splitlines()[0]}")
+    try:
+        translator.check_prefix(settings.source_prefix)  # every piece carries it: it must leave room for text
+    except ValueError as err:
+        return _fail(str(err))
+    try:
+        sock = server.listen(settings.host, settings.port)
+    except OSError as err:
+        return _fail(f"cannot listen on {settings.host}:{settings.port}: {err.strerror or err}")
     from mtonnx.serve.app import create_app
 
     server.configure_logging()
-    return server.run(create_app(translator, settings), settings.host, settings.port, settings.request_timeout_s)
+    app = create_app(translator, settings)
+    return server.run(
+        app, sock, settings.request_timeout_s, settings.header_timeout_s, on_shutdown=app.state.service.drain
+    )
 
 
 def bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -103,8 +117,8 @@ def bench_main(args: argparse.Namespace) -> int:
     try:
         params = load(args.params) if args.params else None
         key = read_api_key(args.api_key_file) if args.api_key_file else None
-        levels = [int(c) for c in args.concurrency.split(",")] if args.concurrency else None
-    except (ParamsError, ValueError) as err:
+        levels = client_counts(args.concurrency) if args.concurrency else None
+    except ParamsError as err:
         return _fail(str(err))
     serve = params["serve"] if params else {k: f.default for k, f in SCHEMA["serve"].items()}
     if args.input:
@@ -134,6 +148,19 @@ def bench_main(args: argparse.Namespace) -> int:
     else:
         print(loadgen.format_table(results))
     return 0
+
+
+def client_counts(text: str) -> list[int]:
+    """--concurrency's comma-separated client counts, each a whole number >= 1; ParamsError (one line) otherwise."""
+    from mtonnx.params import ParamsError
+
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise ParamsError(f"--concurrency {text!r}: give client counts >= 1, comma-separated, e.g. 1,4,16")
+    return counts
 
 
 def _missing(modules: tuple[str, ...]) -> str | None:

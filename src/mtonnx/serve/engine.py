@@ -1,15 +1,20 @@
-"""What one batch of the service runs: the runtime's `Translator`, on sentences grouped by length.
+"""What the service translates and how one batch runs: runtime.segments' pieces, through the runtime's
+`Translator.translate_pieces`, grouped by length.
 
-Decoding continues until the longest row of a batch finishes, so one very long sentence among short ones makes
-every short row pay for its steps; the batch is split where lengths jump (each group one model call, padded to
-its own longest). Translations are the Translator's own: it sorts and pads inside `translate`, and padding
-changes no token (tests/test_runtime.py and tests/test_serve.py check both).
+A request's texts are segmented by the one rule every entry point uses (`segment`: lines kept, each line sentence by
+sentence, a sentence too long for the model cut to fit with the service's source prefix), so the batcher queues and
+batches sentences, and the answer joins them back per text exactly as `Translator.translate` does. Decoding continues
+until the longest row of a batch finishes, so one very long sentence among short ones makes every short row pay for
+its steps; the batch is split where lengths jump (each group one model call, padded to its own longest). Padding
+changes no token (tests/test_runtime.py and tests/test_serve.py check it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from mtonnx.runtime import segments
 
 GROUP_RATIO, GROUP_SLACK = 2.0, 40  # a new length group when a text is > 2x and > 40 chars longer than the first
 
@@ -38,7 +43,7 @@ def length_groups(texts: list[str], ratio: float = GROUP_RATIO, slack: int = GRO
 class TranslatorEngine:
     """Callable the batcher runs: texts + Options -> translations, in the texts' order."""
 
-    translator: Any  # mtonnx.runtime.Translator, or a stand-in with its translate() and settings
+    translator: Any  # mtonnx.runtime.Translator, or a stand-in with its settings, fit() and translate_pieces()
     source_prefix: str = ""
 
     @property
@@ -47,12 +52,17 @@ class TranslatorEngine:
         s = self.translator.settings
         return Options(s.num_beams, s.max_length - 1)
 
-    def __call__(self, texts: list[str], options: Options) -> list[str]:
-        """Translate one batch; each length group is one Translator.translate call."""
-        out: list[str] = [""] * len(texts)
-        for group in length_groups(texts):
-            translated = self.translator.translate(
-                [texts[i] for i in group],
+    def segment(self, texts: list[str]) -> segments.Segments:
+        """The texts as the pieces the model translates, by the CLI's rule; `.join` turns their translations back into
+        one string per text."""
+        return segments.segment(texts, fit=lambda sentence: self.translator.fit(sentence, self.source_prefix))
+
+    def __call__(self, pieces: list[str], options: Options) -> list[str]:
+        """Translate one batch of pieces; each length group is one Translator.translate_pieces call."""
+        out: list[str] = [""] * len(pieces)
+        for group in length_groups(pieces):
+            translated = self.translator.translate_pieces(
+                [pieces[i] for i in group],
                 batch_size=len(group),
                 source_prefix=self.source_prefix,
                 num_beams=options.num_beams,

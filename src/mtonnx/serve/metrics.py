@@ -1,7 +1,8 @@
 """The service's Prometheus metrics, in a registry of its own (several apps in one process never collide).
 
-Requests by path and status, request latency, sentences per model call, model-call time, queue depth,
-sentences translated, model failures and readiness; /metrics renders them in the text exposition format.
+Requests by path and status (499: the client went away before its answer), requests in progress, request latency,
+sentences per model call, model-call time, queue depth, sentences translated, model failures and readiness; /metrics
+renders them in the text exposition format.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class ServiceMetrics:
     def __init__(self, queue_depth: Callable[[], float]):
         self.registry = r = CollectorRegistry()
         self.requests = Counter("mtonnx_requests", "HTTP requests answered", ["path", "status"], registry=r)
+        self.in_progress = Gauge("mtonnx_requests_in_progress", "HTTP requests being read or answered", registry=r)
         self.latency = Histogram(
             "mtonnx_request_seconds", "HTTP request latency", ["path"], buckets=LATENCY_BUCKETS, registry=r
         )

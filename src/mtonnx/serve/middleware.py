@@ -1,11 +1,15 @@
-"""Two ASGI middlewares: the request log (one line per request, plus the request metrics) and the body limit.
+"""Two ASGI middlewares: the request log (one line per request, plus the request metrics) and the body guard.
 
-The body limit answers 413 with a JSON error naming `max_body_bytes`: at once when Content-Length says the body
-is too large, otherwise as soon as the bytes read pass the limit (a chunked body is never buffered past it).
+The body guard bounds reading a request's body, each refusal a JSON error: 413 naming `max_body_bytes` at once when
+Content-Length says the body is too large, otherwise as soon as the bytes read pass the limit (a chunked body is
+never buffered past it); 408 when the body is not complete within `timeout_s` of the request's start (a stalled
+client); 503 when the service starts shutting down while a client is still sending (it is answered at once rather
+than holding the shutdown). The rest of such a body is never read, so these answers close the connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -16,6 +20,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from mtonnx.serve.metrics import ServiceMetrics
 
 NOTE = "mtonnx.note"  # scope key: what the endpoint tells the log ({"sentences": n, "text": ...})
+CLIENT_CLOSED = 499  # the client disconnected before its answer (nginx's code): counted apart from server errors
+RETRY_AFTER_S = "1"
+SHUTTING_DOWN = "the service is shutting down; retry later"
 log = logging.getLogger("mtonnx.serve")
 
 
@@ -38,9 +45,11 @@ class RequestLog:
                 status = message["status"]
             await send(message)
 
+        self.metrics.in_progress.inc()
         try:
             await self.app(scope, receive, send_status)
         finally:
+            self.metrics.in_progress.dec()
             seconds = time.perf_counter() - start
             path = scope["path"] if scope["path"] in self.paths else "other"
             self.metrics.observe_request(path, status, seconds)
@@ -56,40 +65,64 @@ class RequestLog:
             )
 
 
-class BodyLimit:
-    """Refuse request bodies over `max_body_bytes` with 413 and a JSON error."""
+class BodyGuard:
+    """Bound reading request bodies: 413 past `max_body_bytes`, 408 past `timeout_s`, 503 once `stopping` is set."""
 
-    def __init__(self, app: ASGIApp, max_body_bytes: int):
-        self.app, self.max_body_bytes = app, max_body_bytes
+    def __init__(self, app: ASGIApp, max_body_bytes: int, timeout_s: float, stopping: asyncio.Event):
+        self.app, self.max_body_bytes, self.timeout_s, self.stopping = app, max_body_bytes, timeout_s, stopping
 
-    def message(self, size: int | None = None) -> str:
-        """The error text: the body's size when known, and the limit."""
+    def too_large(self, size: int | None = None) -> str:
+        """The 413 text: the body's size when known, and the limit."""
         seen = f"{size} bytes" if size is not None else "more bytes"
         return f"the request body has {seen}; at most {self.max_body_bytes} (max_body_bytes)"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request on with a receive() that counts the body's bytes."""
+        """Pass the request on with a receive() that counts the body's bytes and bounds the wait for them."""
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
-            body = json.dumps({"error": self.message(length)}).encode()
+            body = json.dumps({"error": self.too_large(length)}).encode()
             headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
             await send({"type": "http.response.start", "status": 413, "headers": [*headers, (b"connection", b"close")]})
             await send({"type": "http.response.body", "body": body})
             return None
-        seen = 0
+        deadline, seen, complete = time.monotonic() + self.timeout_s, 0, False
 
-        async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+        async def guarded() -> Message:
+            nonlocal seen, complete
+            if complete:  # after the body: only the disconnect is left to wait for, as long as it takes
+                return await receive()
+            message = await self._next(receive, deadline)
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body_bytes:
-                    raise HTTPException(413, self.message())  # the app's handler answers it as JSON
+                    raise _refusal(413, self.too_large())  # the app's handler answers it as JSON
+                complete = not message.get("more_body", False)
             return message
 
-        return await self.app(scope, counted, send)
+        return await self.app(scope, guarded, send)
+
+    async def _next(self, receive: Receive, deadline: float) -> Message:
+        """The next body message, unless the deadline passes (408) or the shutdown begins (503) first."""
+        read, stop = asyncio.ensure_future(receive()), asyncio.ensure_future(self.stopping.wait())
+        try:
+            left = max(0.0, deadline - time.monotonic())
+            await asyncio.wait({read, stop}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not read.done():
+                read.cancel()
+        if read.done():  # bytes that arrived win over a shutdown that began with them
+            return read.result()
+        if self.stopping.is_set():
+            raise _refusal(503, SHUTTING_DOWN, {"Retry-After": RETRY_AFTER_S})
+        raise _refusal(408, f"the request body did not arrive within {self.timeout_s} s (request_timeout_s)")
+
+
+def _refusal(status: int, message: str, headers: dict[str, str] | None = None) -> HTTPException:
+    """An answer to a request whose body is left unread: the connection closes after it."""
+    return HTTPException(status, message, headers={"Connection": "close", **(headers or {})})
 
 
 def _content_length(scope: Scope) -> int | None:

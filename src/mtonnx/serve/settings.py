@@ -22,6 +22,7 @@ FLAGS = (
     "max_wait_ms",
     "queue_size",
     "request_timeout_s",
+    "header_timeout_s",
     "max_body_bytes",
     "max_items",
     "max_chars",
@@ -42,6 +43,7 @@ class ServeSettings:
     max_wait_ms: float = SCHEMA["serve"]["max_wait_ms"].default
     queue_size: int = SCHEMA["serve"]["queue_size"].default
     request_timeout_s: float = SCHEMA["serve"]["request_timeout_s"].default
+    header_timeout_s: float = SCHEMA["serve"]["header_timeout_s"].default
     max_body_bytes: int = SCHEMA["serve"]["max_body_bytes"].default
     max_items: int = SCHEMA["serve"]["max_items"].default
     max_chars: int = SCHEMA["serve"]["max_chars"].default
@@ -51,8 +53,8 @@ class ServeSettings:
 
     def limits(self) -> dict[str, Any]:
         """The request limits and batching settings, as /info shows them."""
-        keys = ("max_body_bytes", "max_items", "max_chars", "queue_size", "request_timeout_s", "max_batch_size")
-        return {k: getattr(self, k) for k in (*keys, "max_wait_ms")}
+        keys = ("max_body_bytes", "max_items", "max_chars", "queue_size", "request_timeout_s", "header_timeout_s")
+        return {k: getattr(self, k) for k in (*keys, "max_batch_size", "max_wait_ms")}
 
 
 def settings_from_args(args: argparse.Namespace) -> ServeSettings:
