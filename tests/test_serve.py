@@ -192,6 +192,18 @@ def test_a_paragraph_is_translated_sentence_by_sentence_as_the_cli_does(client, 
     assert kept == translator.translate([lines, PARAGRAPH]) and kept[0].count("\n") == 1
 
 
+def test_the_default_model_answers_the_paragraph_with_as_many_sentences_as_the_cli(hsk_export):
+    """Issue 36's repro on the default model: the service returned one short sentence where the CLI gave five."""
+    from conftest import run_cli
+
+    cli = run_cli("translate", "--model-dir", str(hsk_export), input=PARAGRAPH + "\n")
+    assert cli.returncode == 0, cli.stderr
+    with serving(create_app(Translator(hsk_export), ServeSettings(model_dir=str(hsk_export)))) as c:
+        served = c.post("/translate", json={"q": PARAGRAPH, "source": "en", "target": "zh"}).json()["translatedText"]
+    assert served == cli.stdout.rstrip("\n")
+    assert served.count("。") == cli.stdout.count("。") >= 4  # a Chinese full stop per English sentence (the model's)
+
+
 def test_a_long_paragraph_gives_every_sentence(translator, caplog):
     paragraph = " ".join(SOURCES * 20)[:5000].rsplit(". ", 1)[0] + "."
     pieces = segment([paragraph], fit=translator.fit).pieces
