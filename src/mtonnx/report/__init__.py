@@ -1,5 +1,6 @@
-"""The run and what it leaves behind: the pipeline runner, artifacts, metrics, env info, plots, graph views,
-model inspection, and `context`, the one call that opens a notebook.
+"""Presentation of a run: the pipeline runner, the metrics a notebook records, plots, graph views, the report and
+`compare`, and `context`, the one call that opens a notebook. Writing files and environment info are the
+foundation's (mtonnx.foundation); this package only shows what the layers below it measured.
 
 Importing this package is light (no torch, papermill or matplotlib): the heavy parts load when called.
 """
