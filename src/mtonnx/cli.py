@@ -24,7 +24,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from mtonnx.foundation.arguments import in_range
+from mtonnx.foundation.arguments import add_model_source, in_range
 
 EXTRAS = {"run": "lab", "bench": "lab", "train": "lab", "serve": "serve", "serve-bench": "serve", "batch": "scale"}
 NEEDS = {"lab": ("torch", "papermill", "yaml"), "serve": ("fastapi", "uvicorn"), "scale": ("pyarrow",)}
@@ -50,7 +50,7 @@ def build_parser() -> Parser:
     run.add_argument("--only", help="comma-separated notebook numbers to run, e.g. 01,02")
     run.add_argument("--notebooks", help="directory of NN_name.ipynb notebooks (default: the project's)")
     translate = commands.add_parser("translate", help="translate English text with an exported model (no torch)")
-    translate.add_argument("--model-dir", required=True, help="export directory (hand export, optimum's, a variant)")
+    add_model_source(translate, "export directory (hand export, optimum's, a variant, a run's deploy/)")
     translate.add_argument("-i", "--input", help="input text file, one sentence or paragraph per line (default: stdin)")
     translate.add_argument("-o", "--output", help="output file, written when complete (default: stdout)")
     translate.add_argument("--beams", type=in_range(int, 1, 64), help="beam size (default: the model's)")
@@ -297,7 +297,7 @@ def _translate(args: argparse.Namespace) -> int:
     from mtonnx.foundation.files import write_atomic
     from mtonnx.runtime import ModelDirError, SessionSettings, Translator
     from mtonnx.runtime.textio import InputError, read_text, split_lines
-    from mtonnx.runtime.translator import max_positions
+    from mtonnx.runtime.translator import max_positions, model_dir_of
 
     def fail(message: str) -> int:
         print(f"mtonnx: error: {message}", file=sys.stderr)
@@ -306,6 +306,10 @@ def _translate(args: argparse.Namespace) -> int:
     problem = _output_problem(args.output, args.input)
     if problem:
         return fail(problem)
+    try:
+        args.model_dir = model_dir_of(args.model_dir, args.run)
+    except ModelDirError as err:
+        return fail(str(err))
     options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
     try:
         positions = max_positions(Path(args.model_dir)) if Path(args.model_dir).is_dir() else None

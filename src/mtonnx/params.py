@@ -111,7 +111,23 @@ SCHEMA: dict[str, Any] = {
             lo=0.0,
             hi=100.0,
         ),
-        "beam_sentences": Field(int, 8, "sentences timed with beam 4 per variant", lo=1, hi=10000),
+        "fidelity_min": Field(
+            float,
+            0.8,
+            "fidelity gate: a variant passes when the 95 % CI of its share of sentences identical to fp32's "
+            "translation lies at or above this",
+            lo=0.0,
+            hi=1.0,
+        ),
+        "workload_batches": Field(
+            list, [1, 8], "the objective: batch sizes of the workload the recommendation times", items=int, lo=1, hi=256
+        ),
+        "workload_beams": Field(
+            int, None, "beams of the workload (default: generation.num_beams, what serve and batch use)", lo=1, hi=16
+        ),
+        "workload_weights": Field(
+            list, None, "weight of each workload batch size in the objective (default: 1 each)", items=float, lo=0.0
+        ),
         "timing_sentences": Field(
             int, 16, "sentences (the first of the eval set) every variant is timed on", lo=1, hi=10000
         ),
@@ -119,7 +135,24 @@ SCHEMA: dict[str, Any] = {
         "speed_margin": Field(
             float, 1.1, "faster means at least this ratio in every paired repetition", lo=1.0, hi=10.0
         ),
+        "keep": Field(
+            list,
+            ["recommended"],
+            "variant directories kept after the run ('recommended', 'all', or names): the rest are measured, then "
+            "removed (deploy/ keeps the recommended one either way)",
+            items=str,
+        ),
         "calibration_tokens": Field(int, 16, "decoding steps recorded per calibration batch", lo=1, hi=512),
+    },
+    "targets": {
+        "int8_vs_pytorch_fp32": Field(
+            float, 4.0, "notebook 07: the int8 runtime's speed over PyTorch eager fp32 (forced lengths)", lo=0.0
+        ),
+        "int8_vs_ct2_int8": Field(float, 1.15, "notebook 07: the int8 runtime's speed over CTranslate2 int8", lo=0.0),
+        "fp32_vs_optimum_fp32": Field(float, 1.0, "notebook 07: the fp32 runtime's speed over optimum's", lo=0.0),
+        "corpus_vs_ct2_int8": Field(
+            float, 1.2, "notebook 07: sentences/s over CTranslate2 int8 on the eval corpus at real lengths", lo=0.0
+        ),
     },
     "serve": {
         "host": Field(str, "127.0.0.1", "`mtonnx serve`: the address to bind (loopback unless told otherwise)"),
@@ -297,6 +330,8 @@ def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
     if spec.items is not None:
         if not isinstance(value, list):
             raise ParamsError(f"{file}: '{key}' must be a list, got {type(value).__name__} {value!r}")
+        if spec.items is float:  # as for single floats: YAML reads 1 as an int
+            value = [_as_float(v) for v in value]
         bad = [v for v in value if isinstance(v, bool) or not isinstance(v, spec.items)]
         if bad or not value:
             raise ParamsError(f"{file}: '{key}' must be a non-empty list of {spec.items.__name__}, got {value!r}")
