@@ -79,9 +79,11 @@ def build_parser() -> Parser:
         default="strict",
         help="invalid UTF-8 in the input: stop with the line and byte (strict) or replace it",
     )
-    bench = commands.add_parser("bench", help="the peer benchmark (PyTorch, optimum, mtonnx, CTranslate2)")
-    bench.add_argument("--params", required=True, help="params YAML file; its bench section sets the matrix")
+    bench = commands.add_parser("bench", help="the benchmark's studies (PyTorch, optimum, mtonnx, CTranslate2, ...)")
+    bench.add_argument("--params", help="params YAML file; its bench section sets the matrix")
     bench.add_argument("--out", help="run directory (default: outputs/<params name>)")
+    bench.add_argument("--only", help="comma-separated studies to run, e.g. peers,corpus (default: all; see --list)")
+    bench.add_argument("--list", action="store_true", help="name the studies and what each measures, then stop")
     doctor = commands.add_parser("doctor", help="check an export directory against its source model")
     doctor.add_argument("--model-dir", required=True, help="the export directory (hand, optimum, a variant, deploy/)")
     doctor.add_argument(
@@ -193,27 +195,42 @@ def _run(args: argparse.Namespace, params: dict) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from mtonnx.measure import studies
+
+    if args.list:
+        for study in studies.STUDIES:
+            print(f"{study.name:<18} {study.about} (records {study.section}.*)")
+        return 0
+    if not args.params:
+        print("mtonnx: error: bench: --params is required (or --list)", file=sys.stderr)
+        return 2
+    return _bench_run(args)
+
+
 @_with_params
-def _bench(args: argparse.Namespace, params: dict) -> int:
-    from mtonnx.measure.benchmark import metrics, run_benchmark
-    from mtonnx.report.record import merge_metrics, record
+def _bench_run(args: argparse.Namespace, params: dict) -> int:
+    from mtonnx.measure import studies
+    from mtonnx.report.record import merge_metrics, record, recorded
     from mtonnx.report.runner import default_models_dir
     from mtonnx.sources.models import ModelSourceError
 
-    out = _run_dir(args, params)
     try:
-        result = run_benchmark(params, out, default_models_dir(), log=lambda m: print(m, file=sys.stderr))
+        names = studies.select(args.only)
+    except ValueError as err:
+        print(f"mtonnx: error: {err}", file=sys.stderr)
+        return 2
+    out = _run_dir(args, params)
+    bench = studies.Bench.open(params, out, default_models_dir(), log=lambda m: print(m, file=sys.stderr))
+    try:
+        studies.run(bench, names)
     except ModelSourceError as err:
         print(f"mtonnx: error: {err}", file=sys.stderr)
         return 1
-    record(out, "bench", metrics(result))  # the same bench.* metrics notebook 07 records
+    for section, values in studies.metrics(bench, names).items():  # the same metrics the notebooks record
+        record(out, section, {**recorded(out, section), **values})
     merge_metrics(out)
-    for row in result["results"]:
-        print(
-            f"{row['engine']:>13}  {row['config']:<22} {row['median_ms']:>10.1f} ms  "
-            f"x{row['speedup_vs_pytorch_fp32']} vs PyTorch fp32"
-        )
-    print(f"results: {result['path']}", file=sys.stderr)
+    print(f"results: {out / studies.RESULTS}", file=sys.stderr)
     return 0
 
 

@@ -180,9 +180,9 @@ SCHEMA: dict[str, Any] = {
         "max_chars": Field(int, 5000, "most characters per text (413 above)", lo=1, hi=1_000_000),
         "log_text": Field(bool, False, "log the texts of requests (off: only method, status, sentences, ms)"),
         "bench_concurrency": Field(
-            list, [1, 4, 16, 64], "notebook 09: concurrent clients per load level", items=int, lo=1, hi=4096
+            list, [1, 4, 16, 64], "notebook 11: concurrent clients per load level", items=int, lo=1, hi=4096
         ),
-        "bench_seconds": Field(float, 10.0, "notebook 09: seconds of load per level", lo=0.1, hi=3600.0),
+        "bench_seconds": Field(float, 10.0, "notebook 11: seconds of load per level", lo=0.1, hi=3600.0),
     },
     "scale": {
         "engine": Field(str, "local", "`mtonnx batch`: local (one process) or ray", choices=("local", "ray")),
@@ -190,10 +190,10 @@ SCHEMA: dict[str, Any] = {
         "threads_per_worker": Field(int, 1, "CPUs and ONNX Runtime threads per actor", lo=1, hi=64),
         "batch_size": Field(int, 32, "sentences per model call, length-sorted within a block", lo=1, hi=256),
         "corpus_lines": Field(
-            int, 6000, "notebook 10: lines of the corpus built from the eval and train data", lo=1, hi=1_000_000
+            int, 6000, "notebook 12: lines of the corpus built from the eval and train data", lo=1, hi=1_000_000
         ),
         "repeats": Field(
-            int, 5, "notebook 10: rounds of the 1- and 2-worker runs, alternated (medians, paired speedup)", lo=1, hi=20
+            int, 5, "notebook 12: rounds of the 1- and 2-worker runs, alternated (medians, paired speedup)", lo=1, hi=20
         ),
     },
     "compare": {

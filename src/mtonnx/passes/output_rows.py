@@ -125,3 +125,11 @@ def _constants_to_initializers(graph: onnx.GraphProto, names) -> None:
             tensor.name = node.output[0]
             graph.initializer.append(tensor)
             graph.node.remove(node)
+
+
+def rows_up_to(target: list[int], vocab: int, count: int) -> list[int]:
+    """`target` (ascending ids) and then the lowest other ids, `count` rows in all: a restriction of that size for
+    timing only (which extra rows are kept does not change the time, only which tokens are reachable)."""
+    kept = set(target)
+    extra = [i for i in range(vocab) if i not in kept][: max(0, count - len(kept))]
+    return sorted(kept | set(extra))

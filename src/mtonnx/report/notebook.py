@@ -66,7 +66,7 @@ class Context:
 
     @property
     def deploy_dir(self) -> Path:
-        """The recommended variant with its model card (notebook 06): what notebooks 09 and 10 serve."""
+        """The recommended variant with its model card (notebook 06): what notebooks 11 and 12 serve."""
         return self.run_dir / layout.DEPLOY
 
     @cached_property

@@ -23,6 +23,7 @@ recipe the tools cannot build is a result (`failed`, with the reason), not an ex
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -248,14 +249,40 @@ def source_key(directory: str | Path) -> str:
     return buildkey.recorded(directory).get("key") or buildkey.files_fingerprint(directory)
 
 
-def order(names: list[str] | tuple[str, ...]) -> list[str]:
+def order(names: list[str] | tuple[str, ...], recipes: tuple[Recipe, ...] = RECIPES) -> list[str]:
     """`names` with every recipe after its base (bases added when missing), in the registry's order otherwise."""
+    catalog = {r.name: r for r in recipes}
     wanted: set[str] = set()
     for name in names:
         while name is not None and name not in wanted:
             wanted.add(name)
-            name = BY_NAME[name].base
-    return [r.name for r in RECIPES if r.name in wanted]
+            name = catalog[name].base
+    return [r.name for r in recipes if r.name in wanted]
+
+
+def rows_probe(count: int) -> Recipe:
+    """int8-tuned restricted to `count` output rows (the target side's, then the lowest other ids): a scratch
+    build for the speed a restriction buys at each size; which rows it keeps changes which tokens are reachable,
+    not the time, so it is timed, never translated with."""
+
+    def derive(inputs: Inputs, source: Path, out: Path) -> dict[str, Any]:
+        from mtonnx.passes.output_rows import rows_up_to, target_rows
+        from mtonnx.variants.restricted import build_restricted
+
+        target = target_rows(source)
+        vocab = len(json.loads((source / "vocab.json").read_text(encoding="utf-8")))
+        return build_restricted(source, out, rows_up_to(target, vocab, count))
+
+    return Recipe(
+        f"{INT8_TUNED.name}-rows-{count}",
+        f"int8-tuned with {count} output rows kept, for timing",
+        derive=derive,
+        base=INT8_TUNED.name,
+        lossy="only the kept rows can be chosen",
+        deployable=False,
+        scratch=True,
+        settings={"rows": count},
+    )
 
 
 @dataclass
@@ -274,14 +301,18 @@ def build(
     inputs: Inputs,
     names: list[str] | tuple[str, ...] = MAIN,
     log: Callable[[str], None] | None = print,
+    extra: tuple[Recipe, ...] = (),
 ) -> Built:
-    """Build the recipes `names` (and the bases they need) into variants_dir/<name>, reusing every directory whose
-    build key matches; returns the manifests, failures and reuses."""
+    """Build the recipes `names` (and the bases they need; `extra` recipes made for one study, e.g. `rows_probe`,
+    besides the registry's) into variants_dir/<name>, reusing every directory whose build key matches; returns the
+    manifests, failures and reuses."""
     from mtonnx.variants.build import read_manifest
 
+    catalog = (*RECIPES, *extra)
+    by_name = {r.name: r for r in catalog}
     export_dir, variants_dir, out = Path(export_dir), Path(variants_dir), Built()
-    for name in order(names):
-        recipe, target = BY_NAME[name], variants_dir / name
+    for name in order(names, catalog):
+        recipe, target = by_name[name], variants_dir / name
         if recipe.needs and getattr(inputs, recipe.needs) is None:
             out.failed[name] = f"not built: no {recipe.needs} given"
             continue

@@ -1,7 +1,7 @@
 """The tuned step, composed onto a quantization recipe by the registry (variants.registry.tuned): what made the
 project's runtime faster than the plain export, one measured step each.
 
-Steps (notebook 07's ablation measures each against the one before; tests check each keeps the tokens of the
+Steps (notebook 09's ablation measures each against the one before; tests check each keeps the tokens of the
 eval set on tiny and on the trained hsk-enzh, the condition for keeping it, but for step 5 on int8):
 1. key transposes folded (passes.key_transposes): ORT fuses them into its MatMul, no per-step key-cache copy;
 2. beam search screens candidates instead of scoring every continuation (runtime.decoding);
@@ -22,7 +22,7 @@ eval set on tiny and on the trained hsk-enzh, the condition for keeping it, but 
    GroupQueryAttention over cache buffers the runtime binds as past and present (runtime.inplace), so no step copies
    a cache, fed by one packed q/k/v projection; cross-attention as one MultiHeadAttention node per layer (71 nodes a
    step on hsk-enzh int8 instead of 119); ORT's attention kernels sum in another order: fp32 keeps the eval set's
-   tokens, int8 moved 0-1 of 471 hsk-enzh translations (notebook 07's ablation counts them on every run).
+   tokens, int8 moved 0-1 of 471 hsk-enzh translations (notebook 09's ablation counts them on every run).
 """
 
 from __future__ import annotations
