@@ -334,8 +334,9 @@ def metrics(study: str, results: dict[str, Any], params: dict[str, Any]) -> dict
             "rss_mb": r["rss_mb"],
             "rss_after_run_mb": r["rss_after_run_mb"],
             "rss_kinds_mb": r["rss_kinds_mb"],
-            "memory_ablation": {row["step"]: row["rss_mb"] for row in r["memory_ablation"]},
         }
+    if study == "tuning-memory":
+        return {"memory_ablation": {row["step"]: row["rss_mb"] for row in r["steps"]}}
     if study == "tuning":
         keep = (
             "step",

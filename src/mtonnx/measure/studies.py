@@ -153,7 +153,8 @@ def _tuning(bench: Bench) -> dict[str, Any]:
     return {
         "ablation": ablations.ablation(
             tuned, bench.rows, bench.pairs, tokens=b["tokens"][0], warmup=b["warmup"], repeats=b["repeats"]
-        )
+        ),
+        "graphs": ablations.graph_changes(tuned),
     }
 
 
@@ -162,13 +163,16 @@ def _memory(bench: Bench) -> dict[str, Any]:
     loaded = peers.rss_after_load(bench.engines, bench.paths)
     largest = ((bench.rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
     ran = peers.rss_after_load(bench.engines, bench.paths, run=largest)
-    tuned = {"int8": bench.paths.int8_variant, "int8-tuned": bench.paths.int8_tuned}
     return {
         "rss_mb": {name: m["rss_mb"] for name, m in loaded.items()},
         "rss_after_run_mb": {name: m["rss_mb"] for name, m in ran.items()},
         "rss_kinds_mb": {"after_load": _kinds(loaded), "after_run": _kinds(ran)},
-        "memory_ablation": ablations.memory_ablation(tuned),
     }
+
+
+def _tuning_memory(bench: Bench) -> dict[str, Any]:
+    tuned = {"int8": bench.paths.int8_variant, "int8-tuned": bench.paths.int8_tuned}
+    return {"steps": ablations.memory_ablation(tuned)}
 
 
 def _kinds(memory: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -227,6 +231,7 @@ STUDIES: tuple[Study, ...] = (
     Study("corpus", "the eval corpus at real lengths against CTranslate2 int8, 1 and 2 threads", "bench", _corpus),
     Study("memory", "resident memory after load and after a generation, by kind", "bench", _memory),
     Study("tuning", "what each tuning step of the decoder bought, tokens kept", "tuning", _tuning),
+    Study("tuning-memory", "resident memory after load at each tuning step", "tuning", _tuning_memory),
     Study(
         "retirement",
         "retiring done sentences at real lengths, with and without",
