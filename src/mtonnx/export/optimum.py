@@ -34,15 +34,20 @@ def export_optimum(model_dir: str | Path, out_dir: str | Path) -> dict[str, Any]
     return {"seconds": round(time.perf_counter() - start, 1), "files": {f: (out_dir / f).stat().st_size for f in FILES}}
 
 
-def ensure_optimum(model_dir: str | Path, out_dir: str | Path, log: Callable[[str], None] | None = print) -> bool:
+def ensure_optimum(
+    model_dir: str | Path, out_dir: str | Path, log: Callable[[str], None] | None = print
+) -> dict[str, Any]:
     """`export_optimum`, unless `out_dir` holds optimum's export of the same model files with the same versions
-    (foundation.buildkey); True when it was reused."""
+    (foundation.buildkey); returns its files and seconds (None when it was reused) either way."""
     parts = {
         "model": buildkey.files_fingerprint(model_dir),
         "task": TASK,
         "versions": buildkey.versions("optimum-onnx", "optimum", "torch", "transformers", "onnx"),
     }
-    return buildkey.reuse_or_build(out_dir, parts, lambda: export_optimum(model_dir, out_dir), log)[1]
+    done: dict[str, Any] = {}
+    _, reused = buildkey.reuse_or_build(out_dir, parts, lambda: done.update(export_optimum(model_dir, out_dir)), log)
+    files = {f: (Path(out_dir) / f).stat().st_size for f in FILES}
+    return {"seconds": done.get("seconds"), "files": files, "reused": reused}
 
 
 def load_ort_model(optimum_dir: str | Path, use_merged: bool = False):
