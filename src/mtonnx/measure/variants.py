@@ -198,6 +198,17 @@ def compare(
     return {"rows": rows, "signature": signature, "sentences": len(references)}
 
 
+def candidates(rows: dict[str, dict[str, Any]], baseline: str = "fp32") -> list[str]:
+    """The variants the recommendation chooses among, the baseline first: deployable, and past both gates. Only
+    they are timed: a variant that fails a gate is never recommended, however fast."""
+    from mtonnx.variants import registry
+
+    passing = [n for n, r in rows.items() if r["gate"] == r["fidelity_gate"] == "pass"]
+    return [
+        n for n in dict.fromkeys([baseline, *passing]) if n not in registry.BY_NAME or registry.BY_NAME[n].deployable
+    ]
+
+
 QUALITY_KEYS = (
     "bleu",
     "chrf",

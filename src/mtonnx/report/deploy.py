@@ -21,6 +21,49 @@ STAMP = re.compile(r"^- Run: .*$", re.M)  # the card's line `stamp` fills in
 FACTS = "deploy.json"  # beside the card: what it was written from, for `stamp` and for tools
 
 
+def facts(
+    *,
+    model: str,
+    family: str,
+    variant: str,
+    rows: dict[str, dict[str, Any]],
+    speed: dict[str, dict[str, Any]],
+    quality: dict[str, Any],
+    quant: dict[str, Any],
+    objective: str,
+    reason: str,
+    data: str,
+    layout_name: str,
+    run: str,
+) -> dict[str, Any]:
+    """What the model card is written from, read off a run's measurements (notebook 06 and `mtonnx migrate` call
+    this with the same numbers): the variant's row, both gates' settings, the objective against fp32 and the peers."""
+    from mtonnx.measure.timing import paired_ratio
+    from mtonnx.variants import registry
+
+    row = rows[variant]
+    fp32 = speed.get("fp32", {}).get("times_ms_workload")
+    return {
+        "model": model,
+        "family": family,
+        "variant": variant,
+        "recipe": registry.BY_NAME[variant].about if variant in registry.BY_NAME else variant,
+        "row": row,
+        "fp32_bleu": rows["fp32"]["bleu"],
+        "sentences": quality["sentences"],
+        "gate_bleu": quant["gate_bleu"],
+        "fidelity_min": quant["fidelity_min"],
+        "data": data,
+        "objective": objective,
+        "repeats": quant["speed_repeats"],
+        "vs_fp32": (paired_ratio(fp32, speed[variant]["times_ms_workload"]) or {}).get("median") if fp32 else None,
+        "vs_peers": {f"vs {p}": row.get(f"vs_{p}") for p in ("pytorch-fp32", "ct2-int8")},
+        "reason": reason,
+        "layout": layout_name,
+        "run": run,
+    }
+
+
 def publish(run_dir: str | Path, variant_dir: str | Path, facts: dict[str, Any]) -> Path:
     """Replace run_dir/deploy with the files of `variant_dir` and a model card written from `facts` (`card`'s
     keys); returns the deploy directory."""
