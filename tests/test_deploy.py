@@ -117,3 +117,15 @@ def test_a_runs_scratch_is_removed_at_its_end_and_shared_bytes_count_once(run_di
     everything = footprint.tidy(run, ["all"], "int8")
     assert everything["removed"] == [] and everything["kept_variants"] == ["int8"]
     assert json.loads((run / "variants" / layout.TRANSLATIONS).read_text()) == {}
+
+
+def test_a_deployed_variant_with_a_weights_file_can_still_be_built_from(hand_export, tmp_path):
+    """The onnx library refuses external data with several hard links ("a potential hardlink attack"): deploy/
+    copies weights.bin, so the registry can still derive a variant from the recommended one."""
+    variants = tmp_path / "variants"
+    built = registry.build(hand_export, variants, registry.Inputs(), ["int8-tuned"], log=None)
+    assert not built.failed and (variants / "int8-tuned" / layout.WEIGHTS).is_file()
+    deploy.publish(tmp_path, variants / "int8-tuned", facts(str(tmp_path)))
+    assert not os.path.samefile(variants / "int8-tuned" / layout.WEIGHTS, tmp_path / layout.DEPLOY / layout.WEIGHTS)
+    derived = registry.build(hand_export, variants, registry.Inputs(), ["int8-tuned-target-vocab"], log=None)
+    assert derived.reused == ["int8-tuned"] and "int8-tuned-target-vocab" in derived.manifests, derived.failed

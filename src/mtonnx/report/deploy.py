@@ -1,7 +1,8 @@
 """`outputs/<run>/deploy/`: the one directory a deployer takes, the recommended variant with all the runtime needs,
 and its `model_card.md`, written from the run's own measurements.
 
-`publish` (notebook 06) links the recommended variant's files into deploy/ (hard links: the bytes are stored once)
+`publish` (notebook 06) links the recommended variant's files into deploy/ (hard links: the bytes are stored once;
+a mapped weights file is copied, since the onnx library refuses external data with several links)
 and writes the card: model, recipe, both gates with their CIs, the objective's speed against fp32 and CTranslate2,
 why it was chosen. `stamp` (the runner, once the run is complete) adds the run's fingerprint and git commit, which
 exist only then. `translate`, `serve` and `batch` take `--run outputs/<run>` and load deploy/.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +72,9 @@ def publish(run_dir: str | Path, variant_dir: str | Path, facts: dict[str, Any])
     target = Path(run_dir) / layout.DEPLOY
     with staged_dir(target) as tmp:
         for path in sorted(Path(variant_dir).iterdir()):
-            if path.is_file():
+            if path.name == layout.WEIGHTS:  # onnx refuses external data with several hard links: copied
+                shutil.copy2(path, tmp / path.name)
+            elif path.is_file():
                 link_or_copy(path, tmp / path.name)
         (tmp / FACTS).write_text(json.dumps(facts, ensure_ascii=False, indent=2, default=str) + "\n", "utf-8")
         (tmp / layout.MODEL_CARD).write_text(card(facts), encoding="utf-8")
