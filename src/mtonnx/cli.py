@@ -9,6 +9,7 @@
 - `serve`, `serve-bench`: the HTTP translation service and its load generator (the `serve` extra).
 - `batch`: translate a corpus locally or on Ray Data (the `scale` extra).
 - `train`: train the default model from packaged data (`make model`).
+- `migrate`: a user's own checkpoint through the lab's steps as one verified command, into deploy/.
 
 Every error a user can cause is one line on stderr and exit code 2 (bad input) or 1 (a run or check failed);
 Ctrl-C is exit 130, never a traceback. A command whose extra is not installed says which one to install.
@@ -26,7 +27,15 @@ from pathlib import Path
 
 from mtonnx.foundation.arguments import add_model_source, in_range
 
-EXTRAS = {"run": "lab", "bench": "lab", "train": "lab", "serve": "serve", "serve-bench": "serve", "batch": "scale"}
+EXTRAS = {
+    "run": "lab",
+    "bench": "lab",
+    "train": "lab",
+    "migrate": "lab",
+    "serve": "serve",
+    "serve-bench": "serve",
+    "batch": "scale",
+}
 NEEDS = {"lab": ("torch", "papermill", "yaml"), "serve": ("fastapi", "uvicorn"), "scale": ("pyarrow",)}
 
 
@@ -101,6 +110,11 @@ def build_parser() -> Parser:
     train = commands.add_parser("train", help="train the default model from packaged data (params: train section)")
     train.add_argument("--params", required=True, help="params YAML file, e.g. params/train.yaml")
     for name, module, help_ in (
+        (
+            "migrate",
+            "mtonnx.migrate",
+            "your own checkpoint through the lab's steps, verified, into deploy/ (lab extra)",
+        ),
         ("serve", "mtonnx.serve", "the HTTP translation service (serve extra)"),
         ("serve-bench", "mtonnx.serve", "load-test a running service (serve extra)"),
         ("batch", "mtonnx.scale", "translate a corpus locally or on Ray (scale extra)"),
@@ -433,6 +447,7 @@ COMMANDS = {
     "doctor": _doctor,
     "compare": _compare,
     "train": _train,
+    "migrate": _extra("mtonnx.migrate", "main"),
     "serve": _extra("mtonnx.serve", "main"),
     "serve-bench": _extra("mtonnx.serve", "bench_main"),
     "batch": _extra("mtonnx.scale", "main"),

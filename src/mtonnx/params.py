@@ -255,6 +255,17 @@ def load(path: str | Path) -> dict[str, Any]:
     return params
 
 
+def defaults() -> dict[str, Any]:
+    """The schema's defaults as validated params, for a command run without --params (`_root`: $MTONNX_PROJECT_ROOT,
+    else the current directory)."""
+    params = _validate({}, SCHEMA, Path("<defaults>"), prefix="")
+    params["name"] = "defaults"
+    params["_file"] = None
+    params["_hash"] = params_hash(params)
+    params["_root"] = str(Path(os.environ.get(ROOT_ENV) or Path.cwd()).resolve())
+    return params
+
+
 def _unique_keys_loader():
     """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML would keep the last silently)."""
     import yaml

@@ -227,7 +227,7 @@ class Study:
 
 STUDIES: tuple[Study, ...] = (
     Study("peers", "PyTorch, optimum, the runtime and CTranslate2 at forced output lengths", "bench", _peers),
-    Study("bound", "the bytes a step reads and the memory bandwidth at that working set", "bench", _bound),
+    Study("bound", "the bytes a step reads and the memory bandwidth at that working set", "bench", _bound, ("peers",)),
     Study("corpus", "the eval corpus at real lengths against CTranslate2 int8, 1 and 2 threads", "bench", _corpus),
     Study("memory", "resident memory after load and after a generation, by kind", "bench", _memory),
     Study("tuning", "what each tuning step of the decoder bought, tokens kept", "tuning", _tuning),
@@ -281,5 +281,5 @@ def metrics(bench: Bench, names: list[str] | tuple[str, ...]) -> dict[str, dict[
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         study = BY_NAME[name]
-        out.setdefault(study.section, {}).update(benchmark.metrics(name, bench.results[name], bench.params))
+        out.setdefault(study.section, {}).update(benchmark.metrics(name, bench.results, bench.params))
     return out
