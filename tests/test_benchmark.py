@@ -211,6 +211,6 @@ def test_bench_lists_its_studies_and_runs_one_alone(tmp_path, models_dir):
         timeout=900,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert list(json.loads((out / studies.RESULTS).read_text())) == ["corpus"]
+    assert list(json.loads((out / studies.RESULTS).read_text())) == ["corpus"]  # that study alone
     recorded = json.loads((out / "metrics" / "bench.json").read_text())
     assert set(recorded) == {"corpus", "corpus_ratio", "corpus_ratio_per_repetition", "corpus_targets"}

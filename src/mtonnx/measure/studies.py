@@ -36,14 +36,13 @@ class Bench:
     run_dir: Path
     models_dir: Path
     log: Callable[[str], None] = print
-    results: dict[str, Any] = field(default_factory=dict)  # each study's result, by name, as run so far
+    results: dict[str, Any] = field(default_factory=dict)  # each study's result, by name, as run by this bench
 
     @classmethod
     def open(cls, params: dict[str, Any], run_dir: str | Path, models_dir: str | Path, log=print) -> Bench:
-        """A bench over a run directory, with the results its bench.json already holds."""
-        path = Path(run_dir) / RESULTS
-        results = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-        return cls(params, Path(run_dir), Path(models_dir), log, results if isinstance(results, dict) else {})
+        """A bench over a run directory (a study another one needs runs again in it: never read from an earlier,
+        maybe differently configured, run)."""
+        return cls(params, Path(run_dir), Path(models_dir), log)
 
     @cached_property
     def model_dir(self) -> str:
@@ -264,15 +263,17 @@ def select(text: str | None) -> list[str]:
 
 
 def run(bench: Bench, names: list[str] | tuple[str, ...]) -> dict[str, Any]:
-    """Run the studies `names` (each one's `needs` first, unless this bench holds its result already), keep their
-    results in the run's bench.json beside the earlier ones; returns {name: result} of `names`."""
+    """Run the studies `names` (each one's `needs` first, unless this bench ran it already), keep their results in
+    the run's bench.json beside the earlier ones; returns {name: result} of `names`."""
     for name in names:
         for needed in BY_NAME[name].needs:
             if needed not in bench.results:
                 run(bench, [needed])
         bench.log(f"study {name}: {BY_NAME[name].about} ...")
         bench.results[name] = BY_NAME[name].run(bench)
-        write_json(bench.run_dir / RESULTS, bench.results)
+        path = bench.run_dir / RESULTS
+        earlier = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        write_json(path, {**(earlier if isinstance(earlier, dict) else {}), **bench.results})
     return {name: bench.results[name] for name in names}
 
 
