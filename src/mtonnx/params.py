@@ -135,6 +135,13 @@ SCHEMA: dict[str, Any] = {
         "speed_margin": Field(
             float, 1.1, "faster means at least this ratio in every paired repetition", lo=1.0, hi=10.0
         ),
+        "recipes": Field(
+            list,
+            "all",
+            "the registry's recipes to build and measure ('all', or names; fp32, the baseline, always)",
+            items=str,
+            keywords=("all",),
+        ),
         "keep": Field(
             list,
             ["recommended"],

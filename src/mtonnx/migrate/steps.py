@@ -286,7 +286,10 @@ def variants(m: Migration) -> dict[str, Any]:
     from mtonnx.variants.calibration import capture_feeds
     from mtonnx.variants.shortlist import learn_shortlist
 
-    names = ["fp32"] if m.only_fp32 else [n for n in registry.MAIN if registry.BY_NAME[n].deployable]
+    try:
+        names = ["fp32"] if m.only_fp32 else registry.selected(m.params["quant"]["recipes"])
+    except ValueError as err:
+        raise MigrationRefused(str(err)) from None
     inputs = registry.Inputs()
     if not m.only_fp32:
         p, config = m.params, json.loads((m.export_dir / "config.json").read_text(encoding="utf-8"))
@@ -330,13 +333,15 @@ def _nearest(rows: dict[str, dict[str, Any]], quant: dict[str, Any]) -> str:
     name, row = max(rows.items(), key=lambda kv: (kv[1]["gate"] == "pass", kv[1]["fidelity"]["same_as_fp32"]))
     if row["gate"] != "pass":
         return (
-            f"gates: no variant besides fp32 passes both gates; the nearest, {name}, fails the quality gate: BLEU "
+            f"gates: no variant besides fp32 passes both gates; the nearest, {name}, is {row['gate']} on the quality "
+            "gate: BLEU "
             f"delta {row['bleu_delta']:+.2f}, 95 % CI [{row['bleu_delta_ci'][0]:+.2f}, "
             f"{row['bleu_delta_ci'][1]:+.2f}], against -quant.gate_bleu {-quant['gate_bleu']:g}"
         )
     same, (low, high) = row["fidelity"]["same_as_fp32"], row["fidelity"]["same_as_fp32_ci"]
     return (
-        f"gates: no variant besides fp32 passes both gates; the nearest, {name}, fails the fidelity gate: "
+        f"gates: no variant besides fp32 passes both gates; the nearest, {name}, is {row['fidelity_gate']} on the "
+        "fidelity gate: "
         f"{same:.1%} of sentences identical to fp32, 95 % CI [{low:.1%}, {high:.1%}], against quant.fidelity_min "
         f"{quant['fidelity_min']:.0%}"
     )

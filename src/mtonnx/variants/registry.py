@@ -222,6 +222,16 @@ PROBES = tuple(r.name for r in RECIPES if r.scratch)
 MAIN = tuple(r.name for r in RECIPES if not r.scratch and r.name != "int8-mixed")  # built before the probes decide
 
 
+def selected(recipes: str | list[str], deployable_only: bool = True) -> list[str]:
+    """The main recipes `quant.recipes` names ("all", or a list; fp32, the baseline, always first), the deployable
+    ones only unless told otherwise; ValueError naming an unknown recipe."""
+    unknown = [] if recipes == "all" else [r for r in recipes if r not in BY_NAME]
+    if unknown:
+        raise ValueError(f"quant.recipes: unknown recipe {', '.join(unknown)}; known: {', '.join(MAIN)}")
+    wanted = MAIN if recipes == "all" else [FP32.name, *recipes]
+    return [n for n in dict.fromkeys(wanted) if n in BY_NAME and (BY_NAME[n].deployable or not deployable_only)]
+
+
 def key_parts(recipe: Recipe, source_key: str, inputs: Inputs) -> dict[str, Any]:
     """What a recipe's build key is made of: its name, about and settings, the source's key, the inputs it needs,
     the versions that change the bytes."""
