@@ -87,9 +87,10 @@ def results(reference: str | Path) -> str:
             continue
         f, ci = row["fidelity"], row["bleu_delta_ci"]
         star = " ★" if name == quant.get("recommended") else ""
+        speed = " | ".join(str(row.get(k, "-")) for k in ("workload_ms", "vs_pytorch-fp32", "vs_ct2-int8"))
         out.append(
-            f"| {name}{star} | {row.get('size_mb')} | {row.get('workload_ms', '-')} | {row.get('vs_pytorch-fp32', '-')} | "
-            f"{row.get('vs_ct2-int8', '-')} | {row['bleu_delta']:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}] | {row['gate']} | "
+            f"| {name}{star} | {row.get('size_mb')} | {speed} | "
+            f"{row['bleu_delta']:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}] | {row['gate']} | "
             f"{f['same_as_fp32']:.1%} [{f['same_as_fp32_ci'][0]:.1%}, {f['same_as_fp32_ci'][1]:.1%}] | "
             f"{row['fidelity_gate']} |"
         )
