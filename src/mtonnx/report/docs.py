@@ -110,10 +110,8 @@ def results(reference: str | Path) -> str:
             out.append(f"| {engine} | {mb} | {bench.get('rss_after_run_mb', {}).get(engine)} |")
     footprint = metrics.get("run", {}).get("footprint")
     if footprint:
-        out += [
-            "",
-            f"The run's directory holds {footprint['disk_mb']} MB, {footprint['disk_vs_export']} times its fp32 export.",
-        ]
+        held = f"{footprint['disk_mb']} MB, {footprint['disk_vs_export']} times its fp32 export"
+        out += ["", f"The run's directory holds {held}."]
     return "\n".join(out)
 
 
