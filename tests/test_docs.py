@@ -294,3 +294,24 @@ def test_the_browser_check_finds_a_broken_image_and_a_missing_page(built, tmp_pa
     seen = inspect_page(site / "index.html", ids=())
     assert seen["broken_images"] == ["reference/report.png"]
     assert "getting-started.html" in seen["broken_links"]
+
+
+def test_the_font_check_sees_chinese_drawn_without_a_cjk_font(built, tmp_path, monkeypatch):
+    from mtonnx.report.browser import inspect_page
+
+    needs_browser()
+    if shutil.which("fc-list") is None:
+        pytest.skip("fontconfig's fc-list is not installed (apt-get install fontconfig; .ci/run installs it)")
+    files = subprocess.run(["fc-list", ":", "file"], capture_output=True, text=True, check=True).stdout.split()
+    folders = {Path(f.rstrip(":")).parent for f in files}
+    cjk = {Path(f.rstrip(":")).parent for f in files if "cjk" in f.lower()}
+    config = tmp_path / "fonts.conf"  # fontconfig without the folders holding a CJK font: Chromium draws boxes
+    config.write_text(
+        "<?xml version='1.0'?><fontconfig>"
+        + "".join(f"<dir>{folder}</dir>" for folder in sorted(folders - cjk))
+        + f"<cachedir>{tmp_path / 'cache'}</cachedir></fontconfig>"
+    )
+    monkeypatch.setenv("FONTCONFIG_FILE", str(config))
+    seen = inspect_page(built / "results.html", ids=())
+    assert seen["cjk_characters"] > 0 and seen["cjk_fonts"]
+    assert not any("CJK" in family for family in seen["cjk_fonts"]), seen["cjk_fonts"]
