@@ -40,7 +40,7 @@ lab: $(STAMP)
 
 # The documentation site, offline and strict (a broken link or a page missing from the navigation fails it): site/.
 docs: $(STAMP)
-	$(PYTHON) -m mkdocs build --strict --site-dir site
+	$(PYTHON) -m mkdocs build --strict
 
 # The site's reference run: the default params run, then published into docs/reference/ (notebooks, figures, metrics).
 docs-refresh: $(STAMP)

@@ -5,6 +5,8 @@ import posixpath
 import shutil
 from pathlib import Path
 
+from mkdocs.exceptions import PluginError
+
 from mtonnx.data import HSK_CREDIT
 from mtonnx.report import docs
 
@@ -13,6 +15,8 @@ REFERENCE = "reference"
 
 def on_config(config):
     """The reference run's notebooks under the lab's page; the HSK data's attribution on every page."""
+    if not Path(config.docs_dir, REFERENCE).is_dir():
+        raise PluginError(f"{config.docs_dir}/{REFERENCE}/ is missing: `make docs-refresh` publishes the reference run")
     config.nav = docs.lab_nav(config.nav, "lab.md", Path(config.docs_dir, REFERENCE), REFERENCE)
     config.copyright = HSK_CREDIT
     return config

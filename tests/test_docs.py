@@ -269,6 +269,13 @@ def test_a_broken_link_or_a_missing_notebook_fails_the_strict_build(tmp_path):
     assert "no-such-page.md" in done.stderr and "05_cached_decoder.ipynb" in done.stderr, done.stderr[-3000:]
 
 
+def test_without_a_reference_run_the_build_says_how_to_publish_one(tmp_path):
+    source = site_source(tmp_path)
+    shutil.rmtree(source / "docs" / "reference")
+    done = build(source, tmp_path / "site")
+    assert done.returncode != 0 and "make docs-refresh" in done.stderr, done.stderr[-2000:]
+
+
 # The built site in a browser
 
 
