@@ -138,6 +138,21 @@ def test_figures_link_from_the_page_to_the_reference(tmp_path):
     assert "![Identical to fp32, per variant](../reference/figures/quant_fidelity.png)" in page
 
 
+def test_figures_are_grouped_by_the_notebook_that_draws_them_in_its_order(tmp_path):
+    from mtonnx.report.index import figure_groups
+
+    (tmp_path / "figures").mkdir()
+    for name in ("serve_p99", "bench_ablation", "bench_latency", "unknown_plot"):
+        (tmp_path / "figures" / f"{name}.png").write_bytes(b"")
+    groups = [(g["notebook"][:2], [f["src"] for f in g["figures"]]) for g in figure_groups(tmp_path)]
+    assert groups == [
+        ("07", ["figures/bench_latency.png"]),
+        ("09", ["figures/bench_ablation.png"]),
+        ("11", ["figures/serve_p99.png"]),
+        ("ot", ["figures/unknown_plot.png"]),
+    ]
+
+
 def test_the_lab_section_lists_the_reference_notebooks(tmp_path):
     (tmp_path / "notebooks").mkdir()
     for name in ("02_b.ipynb", "01_a.ipynb", "notes.ipynb"):
