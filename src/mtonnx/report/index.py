@@ -24,14 +24,19 @@ from mtonnx.report.record import FIGURES_DIR, captions, flatten
 from mtonnx.runtime import layout
 
 # Figures are named after the notebook that draws them.
-FIGURE_NOTEBOOKS = {
+FIGURE_NOTEBOOKS = {  # a figure's name prefix -> the notebook that draws it; the first prefix that matches wins
     "inspect": "01 · the model",
     "manual_export": "02 · the hand export",
     "optimum": "03 · optimum",
     "graphview": "04 · the graphs",
     "runtime": "05 · the cached decoder",
-    "quant": "06 · quantization",
+    "quant": "06 · variants and the recommendation",
+    "bench_ablation": "09 · tuning the decoder step",
+    "bench_memory": "09 · tuning the decoder step",
+    "bench_step_bytes": "10 · fewer bytes per token",
     "bench": "07 · the peers",
+    "serve": "11 · serving",
+    "scale": "12 · scale-out",
 }
 PARITY_LABELS = {
     "manual_export.greedy_token_match": "hand export, greedy over the files",
@@ -143,8 +148,8 @@ def figure_groups(run_dir: Path) -> list[dict[str, Any]]:
         groups.setdefault(notebook, []).append(
             {"src": path.relative_to(run_dir).as_posix(), "caption": names.get(path.stem, path.stem)}
         )
-    order = [*FIGURE_NOTEBOOKS.values(), "other"]
-    return [{"notebook": k, "figures": groups[k]} for k in order if k in groups]
+    order = sorted(groups, key=lambda label: (label == "other", label))  # by notebook number, the unknown last
+    return [{"notebook": k, "figures": groups[k]} for k in order]
 
 
 def identity(env: dict[str, Any]) -> dict[str, Any]:
