@@ -156,7 +156,7 @@ def test_the_shortlist_is_timed_beside_the_runtime_and_ct2_with_the_same_list(pa
     slower = json.loads(json.dumps(result))  # the same run with every timing doubled: the same fingerprint
     for row in slower["speed"]:
         row.update({k: v * 2 for k, v in row.items() if k.endswith(" ms")})
-    prints = [fingerprint(tmp_path / "none", {"bench": {"shortlist": r}})["fingerprint"] for r in (result, slower)]
+    prints = [fingerprint(tmp_path / "none", {"bytes": {"shortlist": r}})["fingerprint"] for r in (result, slower)]
     assert prints[0] == prints[1]
     speedups = benchmark.shortlist_speedups(result["speed"])
     assert set(speedups) == {"vs_mtonnx_int8", "vs_ct2_vmap_int8", "vs_ct2_int8", "ct2_vmap_vs_ct2"}

@@ -21,11 +21,12 @@ from typing import Any
 
 from mtonnx.foundation import envinfo
 from mtonnx.foundation.files import write_atomic, write_json
+from mtonnx.report import schema
 from mtonnx.report.deploy import stamp
 from mtonnx.report.fingerprint import SECTION, fingerprint
 from mtonnx.report.footprint import tidy
 from mtonnx.report.index import write_index
-from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, merge_metrics, record
+from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, flatten, merge_metrics, record
 from mtonnx.sources import models
 
 KERNEL = "mtonnx"
@@ -174,6 +175,9 @@ def run(
 
     status = "interrupted" if interrupted else "ok" if all(r["status"] == "ok" for r in results) else "failed"
     merged = merge_metrics(out_dir)
+    undeclared = schema.undeclared(flatten(merged))
+    if undeclared:
+        log(schema.missing_line(undeclared))
     footprint = None
     if status == "ok":  # a failed or interrupted run keeps everything it built, for a look at what went wrong
         recommended = merged.get("quant", {}).get("recommended")
