@@ -226,7 +226,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("scale.*_s", TIMING, "s", LOWER),
     Metric("scale.ray_job_overhead_seconds", TIMING, "s", LOWER),
     Metric("scale.io_per_s.rows_per_s", TIMING, "rows/s", HIGHER),
-    Metric("scale.io_per_s.bytes_*_per_row", SIZE, "bytes", LOWER),
+    Metric("scale.io_per_s.bytes_in_per_row", SIZE, "bytes", LOWER),
+    Metric("scale.io_per_s.bytes_out_per_row", SIZE, "bytes", LOWER, stable=False),  # rows hold their input's path
     Metric("scale.plan_times.wall_s.**", TIMING, "s", LOWER),
     Metric("scale.plan_times.workers_for_**", TIMING, "workers", LOWER),
     Metric("scale.plan_times.break_even_sentences_w2", TIMING, "sentences", LOWER),
@@ -236,6 +237,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("run.footprint.*_mb", SIZE, "MB", LOWER),
     Metric("run.footprint.disk_vs_export", SIZE, "ratio", LOWER),
     Metric("run.footprint.removed", IDENTITY, "paths"),
+    Metric("run.footprint.kept_variants", IDENTITY, "variants"),
 )
 # fmt: on
 
