@@ -22,8 +22,8 @@ PENDING = {
     ("06_quantization.ipynb", "path"): "the lead's rewrite of notebook 06 declares its needs (it reads 03's too)",
     ("07_peers.ipynb", "declares"): "the lead's rewrite of notebook 07 adds its metadata",
     ("07_peers.ipynb", "path"): "the lead's rewrite of notebook 07 opens with the learner's path",
-    ("07_peers.ipynb", "words"): "the lead's rewrite of notebook 07 moves its studies to notebooks 09 and 10",
-    ("07_peers.ipynb", "prose"): "the lead's rewrite of notebook 07 prints its targets from the params",
+    ("07_peers.ipynb", "words"): "the lead's rewrite of notebook 07 moves studies to notebooks 09 and 10",
+    ("07_peers.ipynb", "prose"): "notebook 07's prose types in targets and ratios (the lead's rewrite)",
 }
 
 
