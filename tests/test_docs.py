@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO, needs_browser
 from mtonnx import params as params_module
-from mtonnx.report import docs
+from mtonnx.report import docs, prose
 
 DOCS = REPO / "docs"
 REFERENCE = DOCS / "reference"
@@ -225,7 +225,7 @@ def test_typed_measurements_are_found_outside_code_and_generated_blocks():
         "<!-- generated: results -->\n| 7 MB |\n<!-- /generated -->\n"
         "Python 3.11 on 2 cores, 4 GB."
     )
-    assert docs.typed_measurements(text) == [
+    assert [f"{f.where}: {f.phrase}" for f in prose.findings(text)] == [
         "line 1: 12 ms",
         "line 1: 1.5x",
         "line 1: 40 %",
@@ -236,13 +236,13 @@ def test_typed_measurements_are_found_outside_code_and_generated_blocks():
 
 def test_a_rendered_page_holds_measurements_only_in_its_generated_blocks():
     page = docs.render((DOCS / "results.md").read_text(encoding="utf-8"), DATA)
-    assert docs.typed_measurements(page) == []
-    assert docs.typed_measurements(page.replace(docs.GENERATED_END, "")) != []  # a block not ended hides nothing
+    assert prose.findings(page) == []
+    assert prose.findings(page.replace(prose.GENERATED_END, "")) != []  # a block not ended hides nothing
 
 
 @pytest.mark.parametrize("path", ["README.md", *sorted(p.relative_to(REPO).as_posix() for p in DOCS.glob("*.md"))])
 def test_no_measurement_is_typed_into_the_readme_or_a_page(path):
-    assert docs.typed_measurements((REPO / path).read_text(encoding="utf-8")) == [], "write it into a generated block"
+    assert prose.findings((REPO / path).read_text(encoding="utf-8")) == [], "write it into a generated block"
 
 
 def test_the_readme_is_a_landing_page_whose_links_resolve():

@@ -14,7 +14,7 @@ A rendered block ends with GENERATED_END, so whatever reads the built page can t
 `refresh` copies what the site needs from a run directory into docs/reference/ (executed notebooks with their
 outputs, figures, metrics.json, env.json, the report, its screenshot and the deployed model's card; never an ONNX
 file), refusing more than REFERENCE_LIMIT_MB. `stale` says how the committed reference run no longer matches the
-code. `typed_measurements` finds a measured number typed into prose, where it would go stale unnoticed.
+code. report.prose finds a measured number typed into prose, outside these blocks, where it would go stale.
 """
 
 from __future__ import annotations
@@ -26,23 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.foundation.files import staged_dir
+from mtonnx.report.prose import GENERATED_END
 
 REFERENCE_LIMIT_MB = 10.0
 MARKER = re.compile(r"<!-- generated: (\w+) -->")
-GENERATED_END = "<!-- /generated -->"
 COPIED = ("metrics.json", "env.json", "index.html", "report.png", "deploy/model_card.md")
 NOTEBOOK = "[0-9][0-9]_*.ipynb"
 # The units of time, size, speed and share a measurement is written in (longest first where one starts another).
-UNITS = "sentences/s tokens/s seconds second minutes minute min sec ms s kB MiB MB GiB GB/s GB x × %".split()
-MEASUREMENT = re.compile(
-    r"(?<![\w.,])(?P<number>\d+(?:[.,]\d+)*)\s?-?\s?(?P<unit>" + "|".join(map(re.escape, UNITS)) + r")(?![\w/])"
-)
-# Number-and-unit phrases that are definitions, not measurements, each with its reason.
-ALLOWED = {
-    "95 %": "the confidence level every interval of the project is computed at",
-}
-CODE = re.compile(r"```.*?```|~~~.*?~~~|`[^`\n]*`", re.DOTALL)
-BLOCK = re.compile(r"<!-- generated(?:: \w+)? -->.*?" + re.escape(GENERATED_END), re.DOTALL)
 
 
 def params_reference() -> str:
@@ -218,18 +208,6 @@ def lab_nav(nav: list[Any], page: str, reference: str | Path, href: str = "refer
     return [section(entry) for entry in nav]
 
 
-def typed_measurements(text: str) -> list[str]:
-    """The measured numbers typed into a markdown text ("12 ms", "1.5x", "40 %", "300 sentences/s"), each as
-    `line N: phrase`; code (what a reader types) and generated blocks (what a run writes) are left out, and so are
-    the ALLOWED definitions. A number typed into prose goes stale the day the code or the machine changes."""
-    prose = CODE.sub(_blank, BLOCK.sub(_blank, text))
-    return [
-        f"line {prose.count(chr(10), 0, match.start()) + 1}: {match.group()}"
-        for match in MEASUREMENT.finditer(prose)
-        if f"{match['number']} {match['unit']}" not in ALLOWED
-    ]
-
-
 def refresh(run_dir: str | Path, reference: str | Path, limit_mb: float = REFERENCE_LIMIT_MB) -> dict[str, Any]:
     """Replace `reference` with what the site needs from `run_dir` (a complete run): its executed notebooks, figures,
     metrics, env, report, screenshot and the deployed model's card; ValueError when that is over `limit_mb` or the
@@ -267,11 +245,6 @@ def stale(reference: str | Path, notebooks: str | Path, params_hash: str) -> lis
             f"the reference run's params hash {env.get('params_hash')} is not params/default.yaml's {params_hash}"
         )
     return problems
-
-
-def _blank(match: re.Match) -> str:
-    """The match's text as spaces, its line breaks kept: what follows keeps its line number."""
-    return re.sub(r"[^\n]", " ", match.group())
 
 
 def main(argv: list[str] | None = None) -> int:

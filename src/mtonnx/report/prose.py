@@ -40,7 +40,8 @@ MEASUREMENT = re.compile(
 ALLOWED = {
     "95 %": "the confidence level every interval of the project is computed at: a definition, not a measurement",
 }
-GENERATED, GENERATED_END = "<!-- generated -->", "<!-- /generated -->"
+GENERATED, GENERATED_END = "<!-- generated -->", "<!-- /generated -->"  # a named one too: <!-- generated: params -->
+BLOCK = re.compile(r"<!-- generated(?:: \w+)? -->.*?" + re.escape(GENERATED_END), re.DOTALL)
 CODE = re.compile(r"```.*?```|~~~.*?~~~|`[^`\n]*`", re.DOTALL)
 
 
@@ -73,9 +74,8 @@ def findings(text: str, where: str = "") -> list[Finding]:
 
 
 def _without_generated(text: str) -> str:
-    """The text with every GENERATED ... GENERATED_END block blanked (line breaks kept)."""
-    pattern = re.compile(re.escape(GENERATED) + r".*?" + re.escape(GENERATED_END), re.DOTALL)
-    return pattern.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
+    """The text with every generated block (GENERATED, or a named one, to GENERATED_END) blanked, line breaks kept."""
+    return BLOCK.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text)
 
 
 def notebook_findings(path: str | Path) -> list[Finding]:
