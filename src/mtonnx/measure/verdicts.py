@@ -126,9 +126,11 @@ def recommend(
             f"within noise of {', '.join(ties)}: chosen as the smallest on disk ({row['size_mb']} MB), "
             "then by the fixed order"
         )
-    left = [n for n in order if n not in candidates]
+    left: dict[str, list[str]] = {}
+    for name in (n for n in order if n not in candidates):
+        left.setdefault(_why_not(rows[name]), []).append(name)
     if left:
-        parts.append("not candidates: " + ", ".join(f"{n} ({_why_not(rows[n])})" for n in left))
+        parts.append("not candidates: " + "; ".join(f"{', '.join(names)} ({why})" for why, names in left.items()))
     return choice, "; ".join(parts)
 
 
