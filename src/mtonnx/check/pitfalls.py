@@ -13,7 +13,7 @@ import onnx
 from mtonnx.check.parity import session
 from mtonnx.export.manual import error_summary, export_subgraph, load_for_export
 from mtonnx.export.samples import EXPORT_CASE, SampleInputs
-from mtonnx.export.wrappers import subgraphs
+from mtonnx.export.wrappers import decoder_layers, subgraphs
 from mtonnx.measure.timing import interleaved
 from mtonnx.params import DEFAULT_EXPORTER, DEFAULT_OPSET, EXPORTERS
 from mtonnx.runtime import layout
@@ -25,7 +25,7 @@ def static_axes(
     """Export the encoder without dynamic axes, then feed it a sentence of another length."""
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    encoder = subgraphs(model.config.decoder_layers)[0]
+    encoder = subgraphs(decoder_layers(model))[0]
     spec = dataclasses.replace(encoder, dynamic_axes={name: {} for name in encoder.inputs})
     sample = SampleInputs(model, EXPORT_CASE)
     path = work_dir / "encoder_static.onnx"
@@ -153,7 +153,7 @@ def training_mode_export(model_dir: str | Path, work_dir: str | Path, opset: int
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     model = load_for_export(model_dir)
-    spec = subgraphs(model.config.decoder_layers)[0]
+    spec = subgraphs(decoder_layers(model))[0]
     sample = SampleInputs(model, EXPORT_CASE)
     model.train()
     out = {}

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.check import parity
-from mtonnx.export.manual import error_summary, export_subgraph, load_for_export
+from mtonnx.export.manual import error_summary, export_subgraph, load_for_export, supports
 from mtonnx.export.samples import EXPORT_CASE, SampleInputs
-from mtonnx.export.wrappers import subgraphs
+from mtonnx.export.wrappers import decoder_layers, subgraphs
 from mtonnx.params import DEFAULT_OPSET
 from mtonnx.passes import graphinfo
 
@@ -21,15 +21,24 @@ CONFIGS = (("torchscript", "sdpa"), ("dynamo", "sdpa"), ("dynamo", "eager"))
 def try_exporters(
     model_dir: str | Path, reference, configs=CONFIGS, opset: int = DEFAULT_OPSET, tolerance: float = 1e-4
 ) -> list[dict[str, Any]]:
-    """One row per (exporter, attention implementation, file); `reference` is the PyTorch model to match."""
+    """One row per (exporter, attention implementation, file); `reference` is the PyTorch model to match. An
+    attention implementation the model's class lacks (T5 has no sdpa) fails every file with that reason."""
     rows = []
     config = reference.config
+    specs = subgraphs(decoder_layers(reference))
     for exporter, attention in configs:
+        if not supports(model_dir, attention):
+            error = f"{type(reference).__name__} has no {attention} attention in transformers"
+            rows += [
+                {"exporter": exporter, "attention": attention, "file": s.file, "status": "failed", "error": error}
+                for s in specs
+            ]
+            continue
         model = load_for_export(model_dir, attention)
         sample = SampleInputs(model, EXPORT_CASE)
         work = Path(tempfile.mkdtemp(prefix=f"mtonnx-{exporter}-{attention}-"))
         try:
-            for spec in subgraphs(config.decoder_layers):
+            for spec in specs:
                 row = {"exporter": exporter, "attention": attention, "file": spec.file}
                 try:
                     done = export_subgraph(model, spec, sample, work / spec.file, exporter, opset)
