@@ -175,6 +175,16 @@ def file_parity(
     return result
 
 
+def logits_ratio(model, export_dir: str | Path) -> float:
+    """How many times PyTorch's logits the export's first decoder step computes (least squares, on the first parity
+    case): 1 for a faithful export."""
+    expected = _Expected(model, CASES[0])
+    feeds, outputs = expected.feeds_and_expected(layout.DECODER, decoder_layers(model))
+    got = session(Path(export_dir) / layout.DECODER).run(["logits"], feeds)[0]
+    want = outputs[0].numpy()
+    return float((got * want).sum() / (want * want).sum())
+
+
 def parity_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The parity result as table rows (file, case, max diff, worst output, pass)."""
     return [

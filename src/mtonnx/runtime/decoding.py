@@ -218,7 +218,9 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
             vocab = logits.shape[-1]
             scored = running_scores
             if narrow:  # beams 1.. start at -1e9: the top 2*beams continuations all extend beam 0 (row = sentence) ...
-                if _forced(cur_len, s) is not None or vocab - len(banned) < keep:  # ... unless too few tokens are allowed
+                if (
+                    _forced(cur_len, s) is not None or vocab - len(banned) < keep
+                ):  # ... unless too few tokens are allowed
                     logits = np.repeat(logits, k, axis=0)
                 else:
                     scored = running_scores[:, :1]
@@ -365,9 +367,7 @@ def _screen_indices(rows: int, vocab: int) -> tuple[np.ndarray, np.ndarray, np.n
     return arrays
 
 
-def _forced_candidates(
-    running_scores: np.ndarray, vocab: int, token: int, keep: int
-) -> tuple[np.ndarray, np.ndarray]:
+def _forced_candidates(running_scores: np.ndarray, vocab: int, token: int, keep: int) -> tuple[np.ndarray, np.ndarray]:
     """`_candidates` at a forced step, where the processors leave every score -inf but the forced token's (0 + the
     running score): only each beam's forced token and the lowest flat indices (the -inf ties `_top_k` keeps) can be
     chosen, so those few columns are ranked instead of log-softmaxing beams x vocabulary scores thrown away after."""

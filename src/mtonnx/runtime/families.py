@@ -70,6 +70,7 @@ class Family:
     positions: str  # a key of POSITIONS
     decoder_start: str  # the token decoding starts from: "pad" or "eos"
     forced_first_token: bool  # generation forces the target-language token as the first generated token
+    bans_pad: bool  # generation bans pad (bad_words_ids): it is a row of the logits no training pushed down
     embedding_scale: str  # config key that, when true, scales embeddings by sqrt(d_model) ("" for none)
     final_logits_bias: bool  # a bias buffer added to the logits after lm_head
     rescale_tied_head: bool  # a tied lm_head reads the decoder output times d_model**-0.5
@@ -96,9 +97,13 @@ class Family:
             "family": self.label,
             "positions": POSITIONS[self.positions],
             "decoder start": f"{self.decoder_start} (decoder_start_token_id)",
-            "forced first token": "the target-language token (forced_bos_token_id)" if self.forced_first_token else "none",
+            "pad": "banned (bad_words_ids)" if self.bans_pad else "not banned",
+            "forced first token": "the target-language token (forced_bos_token_id)"
+            if self.forced_first_token
+            else "none",
             "source": " / ".join(
-                f"{t.name}: " + (f"{t.language_token.format(t.source_language)} first" if t.source_language else "as is")
+                f"{t.name}: "
+                + (f"{t.language_token.format(t.source_language)} first" if t.source_language else "as is")
                 for t in self.tokenizers
             )
             + (f"; task prefix '{self.source_prefix}'" if self.source_prefix else ""),
@@ -125,6 +130,7 @@ MARIAN = Family(
     positions="sinusoidal",
     decoder_start="pad",
     forced_first_token=False,
+    bans_pad=True,
     embedding_scale="scale_embedding",
     final_logits_bias=True,
     rescale_tied_head=False,
@@ -156,6 +162,7 @@ M2M100 = Family(
     positions="sinusoidal from the ids",
     decoder_start="eos",
     forced_first_token=True,
+    bans_pad=False,
     embedding_scale="scale_embedding",
     final_logits_bias=False,
     rescale_tied_head=False,
@@ -172,6 +179,7 @@ T5 = Family(
     positions="relative buckets",
     decoder_start="pad",
     forced_first_token=False,
+    bans_pad=False,
     embedding_scale="",
     final_logits_bias=False,
     rescale_tied_head=True,

@@ -28,7 +28,7 @@ EXPORT_MANIFEST = "export_manifest.json"
 VARIANT_MANIFEST = "variant_manifest.json"
 TRANSLATIONS = "translations.json"  # in a run's variants/: every variant's translations of the eval set
 TOKENIZER_FILES = families.TOKENIZER_FILES  # every family's tokenizer files (a directory holds its own family's)
-# Copied next to the ONNX files (those the source has) so an export directory is all the runtime needs (as optimum does).
+# Copied next to the ONNX files (those the source has): an export directory is all the runtime needs (as in optimum).
 MODEL_FILES = tuple(
     dict.fromkeys(
         (

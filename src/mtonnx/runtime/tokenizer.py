@@ -16,7 +16,6 @@ differs per convention (runtime.families) is where the ids come from:
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -51,7 +50,9 @@ class SpmTokenizer:
         self.decoder = {i: token for token, i in self.encoder.items()}
         self.eos_token_id, self.unk_token_id = self.encoder[self.eos_token], self.encoder[self.unk_token]
         self.pad_token_id = self.encoder[self.pad_token]
-        self.special_tokens = tuple(dict.fromkeys([self.eos_token, self.unk_token, self.pad_token, *self.extra_specials]))
+        self.special_tokens = tuple(
+            dict.fromkeys([self.eos_token, self.unk_token, self.pad_token, *self.extra_specials])
+        )
         self._special_ids = {t: self.encoder[t] for t in self.special_tokens if t in self.encoder}
         self.special_ids = frozenset(self._special_ids.values())
         longest_first = sorted(self.special_tokens, key=len, reverse=True)
@@ -189,7 +190,9 @@ class NllbSpmTokenizer(M2M100SpmTokenizer):
         self.source = _spm(self.dir / "sentencepiece.bpe.model")
         added = self._added_tokens()
         if not added:
-            raise ValueError("tokenizer_config.json has no added_tokens_decoder (save the tokenizer with transformers 4.38+)")
+            raise ValueError(
+                "tokenizer_config.json has no added_tokens_decoder (save the tokenizer with transformers 4.38+)"
+            )
         self.encoder = {self.source.id_to_piece(i): i + self.OFFSET for i in range(1, self.source.get_piece_size())}
         self.encoder.update({token["content"]: i for i, token in added.items()})
         self.extra_specials = tuple(token["content"] for token in added.values() if token.get("special"))
@@ -212,7 +215,9 @@ class T5SpmTokenizer(SpmTokenizer):
     def load(self) -> None:
         """spiece.model and the sentinels."""
         if self.config.get("legacy") is False:
-            raise ValueError("tokenizer_config.json sets legacy false: only T5Tokenizer's legacy behaviour is supported")
+            raise ValueError(
+                "tokenizer_config.json sets legacy false: only T5Tokenizer's legacy behaviour is supported"
+            )
         self.source = _spm(self.dir / "spiece.model")
         self.encoder = {self.source.id_to_piece(i): i for i in range(self.source.get_piece_size())}
         added = self._added_tokens()

@@ -318,8 +318,8 @@ def max_positions(directory: Path) -> int:
     """The model's positions: config.json's key for them (the family's: max_position_embeddings, T5's n_positions),
     else tokenizer_config.json's model_max_length, else 512. A file that is not a JSON object, or a value that is not
     a whole number of at least 2, is a ModelDirError naming the file and the key."""
-    key = families.of_dir(directory).positions_key
-    for name, key in (("config.json", key), ("tokenizer_config.json", "model_max_length")):
+    positions = families.of_dir(directory).positions_key
+    for name, key in (("config.json", positions), ("tokenizer_config.json", "model_max_length")):
         path = Path(directory) / name
         if not path.is_file():
             continue

@@ -281,7 +281,7 @@ def check_model_dir(directory: Path) -> Path:
         token = convention.language_token.format(convention.target_language)
         raise ModelSourceError(
             f"{directory / 'generation_config.json'} has no forced_bos_token_id: {family.label} translates into the "
-            f"language whose token generate forces first; add \"forced_bos_token_id\": "
+            f'language whose token generate forces first; add "forced_bos_token_id": '
             f"{load_tokenizer(directory).encoder[token]} (the id of {token}) to it"
         )
     return directory
