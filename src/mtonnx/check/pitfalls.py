@@ -203,13 +203,20 @@ def padding_strategies(translator, sentences: list[str], length: int = 64, max_n
     }
 
 
-def target_language_token(translator, sentence: str, token: str = ">>cmn_Hans<<") -> dict[str, Any]:
-    """Token ids and translation with and without the target-language token opus-mt-en-zh's card requires."""
-    with_token, without = translator.tokenizer.encode(f"{token} {sentence}"), translator.tokenizer.encode(sentence)
+def source_prefix_effect(translator, sentence: str, prefix: str) -> dict[str, Any]:
+    """Token ids and translation with and without the text a published checkpoint expects in front of a source
+    (runtime.families: opus-mt-en-zh's target-language token, T5's task prefix)."""
+    with_prefix, without = translator.tokenizer.encode(f"{prefix} {sentence}"), translator.tokenizer.encode(sentence)
     return {
         "ids_without": without,
-        "ids_with": with_token,
-        "token_id": translator.tokenizer.encoder.get(token),
+        "ids_with": with_prefix,
+        "prefix_ids": translator.tokenizer.encode(prefix)[:-1],  # without eos
         "translation_without": translator.translate([sentence], max_new_tokens=24)[0],
-        "translation_with": translator.translate([sentence], source_prefix=token, max_new_tokens=24)[0],
+        "translation_with": translator.translate([sentence], source_prefix=prefix, max_new_tokens=24)[0],
     }
+
+
+def other_start_token(settings) -> int:
+    """A wrong decoder start token for these settings: eos where decoding starts from another token, else pad."""
+    start = settings.decoder_start_token_id
+    return settings.eos_token_id if start != settings.eos_token_id else settings.pad_token_id

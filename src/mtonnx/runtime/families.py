@@ -75,6 +75,9 @@ class Family:
     final_logits_bias: bool  # a bias buffer added to the logits after lm_head
     rescale_tied_head: bool  # a tied lm_head reads the decoder output times d_model**-0.5
     source_prefix: str = ""  # text the source needs in front (T5's task prefix); language codes are tokens instead
+    # What a published checkpoint expects in front of a source, and its name: opus-mt-en-zh's target-language token,
+    # T5's task prefix (None where the tokenizer puts its language token itself); notebook 08 leaves it out.
+    expected_prefix: tuple[str, str] | None = None
     pitfalls: tuple[str, ...] = ()  # the family's own pitfalls (check.pitfalls reproduces them)
 
     def padding_invariant(self) -> tuple[str, ...]:
@@ -134,6 +137,7 @@ MARIAN = Family(
     embedding_scale="scale_embedding",
     final_logits_bias=True,
     rescale_tied_head=False,
+    expected_prefix=("target language token", ">>cmn_Hans<<"),
 )
 M2M100 = Family(
     "m2m_100",
@@ -184,6 +188,7 @@ T5 = Family(
     final_logits_bias=False,
     rescale_tied_head=True,
     source_prefix="translate English to Chinese:",
+    expected_prefix=("task prefix", "translate English to Chinese:"),
     pitfalls=("relative position bias frozen", "tied lm_head without the rescale"),
 )
 FAMILIES = {family.model_type: family for family in (MARIAN, M2M100, T5)}
