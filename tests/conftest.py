@@ -75,6 +75,15 @@ def hsk_export(tmp_path_factory) -> Path:
     return out
 
 
+def tuned_variants(export: Path, work: Path, names: tuple[str, ...] = ("fp32-tuned", "int8-tuned")) -> dict[str, str]:
+    """The registry's tuned variants (and any other `names`) of an export, built into work/variants: name -> dir."""
+    from mtonnx.variants import registry
+
+    built = registry.build(export, Path(work) / "variants", registry.Inputs(), names=names, log=None)
+    assert not built.failed, built.failed
+    return {name: str(Path(work) / "variants" / name) for name in built.manifests}
+
+
 @pytest.fixture(scope="session")
 def family_model(models_dir):
     """name -> the directory of a built model of another family (tiny-m2m100, tiny-nllb, tiny-t5), built once."""

@@ -59,7 +59,7 @@ def test_ratios_and_the_bound(tiny_dir):
     assert ratios["int8_vs_pt_fp32_b1"] == 4.0 and ratios["int8_vs_ct2_int8_b1"] == 1.25
     assert ratios["fp32_vs_optimum_fp32_b1"] == 1.2 and ratios["int8_vs_pt_fp32_b8"] is None
     assert ratios["int8_vs_ct2_int8_b8_beam4"] == 0.9 and ratios["int8_vs_ct2_int8_b1_beam4"] is None
-    assert set(ratios) == set(benchmark.TARGETS)
+    assert set(ratios) == set(benchmark.TARGET_OF)
     assert set(benchmark.paired_ratios(results, 32).values()) == {None}  # no per-repetition times: no paired ratio
     bound = benchmark.bytes_per_token(tiny_dir)
     assert bound["weights_per_token"] == bound["decoder_weights"] + bound["lm_head_weights"]
@@ -115,7 +115,7 @@ def test_corpus_runs_translate_every_sentence_at_its_own_length(paths):
     for r in results:
         assert 0 < r["generated_tokens"] <= len(rows) * 6, r  # at most max_new_tokens each, eos not counted
         assert r["sentences_per_s"] == round(len(rows) / (r["median_ms"] / 1000), 2)
-    summary = benchmark.corpus_summary(results)
+    summary = benchmark.corpus_summary(results, 1.2)
     assert set(summary["engines"]) == {"mtonnx-int8", "ct2-int8"} and list(summary["ratio"]) == [
         "corpus_vs_ct2_int8_t1"
     ]
@@ -156,10 +156,61 @@ def test_the_shortlist_is_timed_beside_the_runtime_and_ct2_with_the_same_list(pa
     slower = json.loads(json.dumps(result))  # the same run with every timing doubled: the same fingerprint
     for row in slower["speed"]:
         row.update({k: v * 2 for k, v in row.items() if k.endswith(" ms")})
-    prints = [fingerprint(tmp_path / "none", {"bench": {"shortlist": r}})["fingerprint"] for r in (result, slower)]
+    prints = [fingerprint(tmp_path / "none", {"bytes": {"shortlist": r}})["fingerprint"] for r in (result, slower)]
     assert prints[0] == prints[1]
     speedups = benchmark.shortlist_speedups(result["speed"])
     assert set(speedups) == {"vs_mtonnx_int8", "vs_ct2_vmap_int8", "vs_ct2_int8", "ct2_vmap_vs_ct2"}
     rows = [MarianSpmTokenizer(paths.fp32_export).encode("Hello, teacher!")]
     vmapped = dataclasses.replace(paths, ct2_vmap_int8=str(tmp_path / "ct2" / "int8-vmap"))
     assert peers.Engine("ct2-vmap-int8", vmapped, 1).run(rows, 1, 4) == 4  # the forced length, as every engine
+
+
+def test_targets_come_from_the_params():
+    config = peers.Config(1, 1, 1, 32).name
+    results = [
+        {"engine": e, "config": config, "median_ms": ms, "times_ms": [ms] * 3}
+        for e, ms in (("pytorch-fp32", 400.0), ("mtonnx-int8", 100.0), ("ct2-int8", 125.0))
+    ]
+    wanted = load(REPO / "params" / "ci.yaml")["targets"]
+    verdicts = {t["ratio"]: (t["target"], t["verdict"]) for t in benchmark.targets(results, 32, wanted)}
+    assert verdicts["int8_vs_pt_fp32_b1"] == (wanted["int8_vs_pytorch_fp32"], "met")  # 4.0 exactly
+    assert verdicts["int8_vs_ct2_int8_b1"] == (wanted["int8_vs_ct2_int8"], "met")  # 1.25 >= 1.15
+    stricter = {**wanted, "int8_vs_ct2_int8": 1.5}
+    assert (
+        dict((t["ratio"], t["verdict"]) for t in benchmark.targets(results, 32, stricter))["int8_vs_ct2_int8_b1"]
+        == "missed"
+    )
+
+
+def test_the_bound_is_measured_at_the_working_set_and_names_the_caches():
+    caches = benchmark.cache_sizes()
+    assert all(level[0] == "L" and size for level, size in caches.items())
+    assert benchmark.memory_bandwidth_gbs(4 * 2**20) > 0
+
+
+def test_bench_lists_its_studies_and_runs_one_alone(tmp_path, models_dir):
+    from conftest import cli_env, run_cli
+    from mtonnx.measure import studies
+
+    listed = run_cli("bench", "--list")
+    assert listed.returncode == 0 and [line.split()[0] for line in listed.stdout.splitlines()] == [
+        s.name for s in studies.STUDIES
+    ]
+    bad = run_cli("bench", "--params", "params/ci.yaml", "--only", "corpus,nope")
+    assert bad.returncode == 2 and "unknown study nope" in bad.stderr
+    out = tmp_path / "run"
+    done = run_cli(
+        "bench",
+        "--params",
+        "params/ci.yaml",
+        "--only",
+        "corpus",
+        "--out",
+        str(out),
+        env=cli_env(models_dir),
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list(json.loads((out / studies.RESULTS).read_text())) == ["corpus"]  # that study alone
+    recorded = json.loads((out / "metrics" / "bench.json").read_text())
+    assert set(recorded) == {"corpus", "corpus_ratio", "corpus_ratio_per_repetition", "corpus_targets"}

@@ -134,3 +134,31 @@ def test_static_axes_pitfall_fails_at_another_length(tiny_dir, tmp_path):
     result = pitfalls.static_axes(export.load_for_export(tiny_dir), tmp_path, exporter="torchscript")
     assert result["session_input_shapes"]["input_ids"] == [2, 7]
     assert result["error"] and "invalid dimensions for input: input_ids" in result["error"]
+
+
+def test_an_export_is_reused_when_its_build_key_matches_and_rebuilt_when_the_opset_changes(tiny_dir, tmp_path):
+    """Issue 37: builds keyed by content. An unchanged params file reuses the export; changing export.opset
+    rebuilds it; a directory that merely exists is never reused."""
+    from mtonnx.export.manual import ensure_exported
+    from mtonnx.foundation import buildkey
+    from mtonnx.params import load
+
+    params = tmp_path / "p.yaml"
+    lines: list[str] = []
+
+    def export(opset: int) -> dict:
+        params.write_text(f"model:\n  name: tiny\nexport:\n  exporter: torchscript\n  opset: {opset}\n")
+        e = load(params)["export"]
+        return ensure_exported(tiny_dir, tmp_path / "export", e["exporter"], e["opset"], log=lines.append)
+
+    first = export(17)
+    stamp = (tmp_path / "export" / layout.ENCODER).stat().st_mtime_ns
+    again = export(17)
+    assert again == first and lines[-1].startswith(f"reused {tmp_path / 'export'}")
+    assert (tmp_path / "export" / layout.ENCODER).stat().st_mtime_ns == stamp  # not written again
+    changed = export(18)
+    assert changed["opset"] == 18 and lines[-1].startswith("rebuilding") and "differs" in lines[-1]
+    assert buildkey.recorded(tmp_path / "export")["parts"]["opset"] == 18
+    (tmp_path / "export" / buildkey.KEY_FILE).unlink()  # an export that exists but records no key
+    export(18)
+    assert "no build key" in lines[-1]

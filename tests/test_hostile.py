@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_notebook
 
-from conftest import REPO, cli_env, mtonnx_cmd, run_cli
+from conftest import REPO, cli_env, mtonnx_cmd, run_cli, tuned_variants
 from mtonnx.runtime import Translator, layout
 from mtonnx.runtime.segments import clean, segment, split_sentences
 from mtonnx.runtime.textio import split_lines
@@ -222,9 +222,7 @@ def test_a_broken_export_is_one_line_naming_the_file(hand_export, tmp_path, file
 
 @pytest.fixture(scope="module")
 def tuned(dynamo_export, tmp_path_factory):
-    from mtonnx.variants.tuned import build_tuned
-
-    return Path(build_tuned(dynamo_export, tmp_path_factory.mktemp("hostile-tuned"))["int8-tuned"])
+    return Path(tuned_variants(dynamo_export, tmp_path_factory.mktemp("hostile-tuned"))["int8-tuned"])
 
 
 @pytest.mark.parametrize("case", ["missing", "truncated"])

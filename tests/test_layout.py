@@ -8,16 +8,16 @@ from pathlib import Path
 import onnx
 import pytest
 
+from conftest import tuned_variants
 from mtonnx import data
 from mtonnx.runtime import Translator, layout, layouts
-from mtonnx.variants.tuned import build_tuned
 
 SOURCES = [p.en for p in data.eval_set({"hsk_size": 4, "techdocs_size": 2, "eval_split": "test"})]
 
 
 @pytest.fixture(scope="module")
 def directories(dynamo_export, optimum_dir, tmp_path_factory):
-    tuned = build_tuned(dynamo_export, tmp_path_factory.mktemp("layout"))["int8-tuned"]
+    tuned = tuned_variants(dynamo_export, tmp_path_factory.mktemp("layout"))["int8-tuned"]
     return {"hand": dynamo_export, "optimum": optimum_dir, "tuned": tuned}
 
 

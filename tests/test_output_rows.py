@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
+from conftest import tuned_variants
 from mtonnx import data
 from mtonnx.measure import benchmark, restriction, step_bytes
 from mtonnx.measure.restriction import same_tokens
@@ -18,7 +19,6 @@ from mtonnx.passes.output_rows import restrict, target_rows
 from mtonnx.runtime import Translator, layout
 from mtonnx.runtime.translator import ModelDirError
 from mtonnx.variants.restricted import build_restricted
-from mtonnx.variants.tuned import build_tuned
 
 SOURCES = [p.en for p in data.eval_set({"hsk_size": 24, "techdocs_size": 8, "eval_split": "test"})]
 
@@ -26,7 +26,7 @@ SOURCES = [p.en for p in data.eval_set({"hsk_size": 24, "techdocs_size": 8, "eva
 @pytest.fixture(scope="module")
 def variants(dynamo_export, tmp_path_factory):
     work = tmp_path_factory.mktemp("restricted")
-    full = build_tuned(dynamo_export, work)["int8-tuned"]
+    full = tuned_variants(dynamo_export, work)["int8-tuned"]
     build_restricted(full, work / "cut")
     return full, work / "cut"
 

@@ -14,7 +14,7 @@ from mtonnx.measure import step_bytes, variants, verdicts
 from mtonnx.measure.variants import VariantBench, compare
 from mtonnx.passes.lm_head import lm_head_report
 from mtonnx.runtime import Translator, layout
-from mtonnx.variants import recipes, sensitivity
+from mtonnx.variants import registry, sensitivity
 from mtonnx.variants.build import build_variant, merged_decoder_sizes
 from mtonnx.variants.calibration import FeedsReader, capture_feeds
 from mtonnx.variants.transforms import dynamic_int8, naive_int8
@@ -28,27 +28,40 @@ def feeds(hand_export):
     return capture_feeds(hand_export, CALIBRATION, max_new_tokens=6)
 
 
+PLAIN = [r.name for r in registry.RECIPES if r.transform is not None and r.needs not in ("groups",)]
+
+
 def test_every_registered_recipe_builds_and_translates(hand_export, feeds, tmp_path):
-    built, failed = recipes.build_all(hand_export, tmp_path, recipes.Inputs(heads=4, hidden=64, feeds=feeds))
+    calibration = {"sentences": CALIBRATION, "tokens": 6}
+    inputs = registry.Inputs(heads=4, hidden=64, feeds=feeds, calibration=calibration, groups=("lm_head",))
+    built = registry.build(hand_export, tmp_path, inputs, [*PLAIN, "int8-mixed", "int8-tuned-target-vocab"], log=None)
     # onnxruntime's entropy calibrator cannot stack decoder feeds of different lengths: a result, not a crash
-    assert set(failed) <= {"int8-static-entropy"} and all("\n" not in m for m in failed.values())
-    assert list(built) == [r.name for r in recipes.RECIPES if r.name not in failed]
-    built["lm_head-only"] = build_variant(
-        "lm_head-only", hand_export, tmp_path / "lm_head-only", dynamic_int8(groups=("lm_head",)), {}
-    )
-    for name, manifest in built.items():
-        assert sorted(manifest["size_mb"]) == sorted(layout.VARIANT_FILES)
+    assert set(built.failed) <= {"int8-static-entropy"} and all("\n" not in m for m in built.failed.values())
+    assert set(built.manifests) == {*PLAIN, "int8-mixed", "int8-tuned-target-vocab"} - set(built.failed)
+    for name in built.manifests:
+        assert all((tmp_path / name / f).is_file() for f in layout.VARIANT_FILES), name
         out = Translator(tmp_path / name).translate(SOURCES, num_beams=2, max_new_tokens=8)
         assert len(out) == len(SOURCES) and all(isinstance(t, str) for t in out), name
-    sizes = {n: sum(built[n]["size_mb"].values()) for n in ("fp32", "int8-with-embeddings", "fp16")}
+    sizes = {n: sum(built.manifests[n]["size_mb"].values()) for n in ("fp32", "int8-with-embeddings", "fp16")}
     assert sizes["int8-with-embeddings"] < 0.6 * sizes["fp32"] and sizes["fp16"] < 0.6 * sizes["fp32"]
 
 
+def test_builds_are_keyed_by_content_reused_when_unchanged_and_rebuilt_when_not(hand_export, tmp_path):
+    lines: list[str] = []
+    first = registry.build(hand_export, tmp_path, registry.Inputs(), ["int8", "int8-tuned"], log=lines.append)
+    again = registry.build(hand_export, tmp_path, registry.Inputs(), ["int8", "int8-tuned"], log=lines.append)
+    assert first.reused == [] and again.reused == ["int8", "int8-tuned"]
+    assert sum(line.startswith("reused ") for line in lines) == 2
+    (tmp_path / "int8" / "build_key.json").write_text('{"key": "stale"}')  # an older build of another recipe
+    third = registry.build(hand_export, tmp_path, registry.Inputs(), ["int8"], log=lines.append)
+    assert third.reused == [] and any("build key stale differs" in line for line in lines)
+
+
 def test_a_calibrated_recipe_without_feeds_is_a_failure_not_an_exception(hand_export, tmp_path):
-    built, failed = recipes.build_all(
-        hand_export, tmp_path, recipes.Inputs(heads=4, hidden=64), names=("int8", "int8-static-minmax")
+    built = registry.build(
+        hand_export, tmp_path, registry.Inputs(heads=4, hidden=64), ["int8", "int8-static-minmax"], log=None
     )
-    assert list(built) == ["int8"] and failed == {"int8-static-minmax": "no calibration feeds given"}
+    assert list(built.manifests) == ["int8"] and built.failed == {"int8-static-minmax": "not built: no feeds given"}
 
 
 def test_lm_head_fix_makes_the_logits_matmul_integer(tiny_dir, tmp_path):
@@ -102,16 +115,17 @@ def test_a_damaged_variant_fails_the_gate_and_is_not_recommended(hand_export, tm
     fp32 = Translator(hand_export).translate(SOURCES, num_beams=1, max_new_tokens=12)
     damaged = tmp_path / "damaged"
     build_variant("damaged", hand_export, damaged, add_noise, {"damage": "N(0, 1) on every weight"})
-    bench = VariantBench(
-        SOURCES, fp32, max_new_tokens=12, beam_sentences=1, timing_sentences=2, repeats=2
-    )  # refs: fp32
+    bench = VariantBench(SOURCES, fp32, max_new_tokens=12, timing_sentences=2, repeats=2)  # refs: fp32
     translations = {"fp32": bench.translate(hand_export), "damaged": bench.translate(damaged)}
-    quality = compare(translations, fp32, gate_bleu=0.5)["rows"]
-    assert quality["fp32"]["exact_match"] == 1.0 and quality["damaged"]["exact_match"] < 0.5
+    quality = compare(translations, fp32, gate_bleu=0.5, fidelity_min=0.8)["rows"]
+    assert quality["fp32"]["fidelity"]["same_as_fp32"] == 1.0 and quality["damaged"]["fidelity"]["same_as_fp32"] < 0.5
     assert quality["fp32"]["gate"] == "pass" and quality["damaged"]["gate"] == "fail"
+    assert quality["fp32"]["fidelity_gate"] == "pass" and quality["damaged"]["fidelity_gate"] == "fail"
     assert quality["damaged"]["bleu_delta"] < 0 and quality["damaged"]["p_value"] is not None
     speed = bench.speed({"fp32": bench.runtime(hand_export), "damaged": bench.runtime(damaged)})
-    assert all(len(speed[n]["times_ms_b1"]) == 2 for n in speed)
+    assert all(len(speed[n]["times_ms_workload"]) == 2 for n in speed)
+    parts = zip(speed["fp32"]["times_ms_b1_beam4"], speed["fp32"]["times_ms_b8_beam4"])
+    assert all(abs(total - (a + b)) <= 0.02 for total, (a, b) in zip(speed["fp32"]["times_ms_workload"], parts))
     rows = variants.table(
         quality,
         speed,
@@ -119,7 +133,7 @@ def test_a_damaged_variant_fails_the_gate_and_is_not_recommended(hand_export, tm
         {"fp32": True, "damaged": True},
     )
     choice, reason = verdicts.recommend(rows)
-    assert choice == "fp32" and "damaged (fail)" in reason
+    assert choice == "fp32" and "damaged (quality fail, fidelity fail)" in reason
 
 
 def test_safe_groups_keep_the_matmul_groups_that_pass_alone():
@@ -135,22 +149,19 @@ def test_safe_groups_keep_the_matmul_groups_that_pass_alone():
 
 
 def test_blockwise_variants_quantize_every_weight_matmul_and_rows_never_share_a_scale(hand_export, tmp_path):
-    built, failed = recipes.build_all(
-        hand_export,
-        tmp_path,
-        recipes.Inputs(heads=4, hidden=64),
-        names=("int8", "int8-blockwise-b32", "int4-blockwise-b32"),
+    built = registry.build(
+        hand_export, tmp_path, registry.Inputs(), ["int8", "int8-blockwise-b32", "int4-blockwise-b32"], log=None
     )
-    assert not failed
+    assert not built.failed
     for name in ("int8-blockwise-b32", "int4-blockwise-b32"):
-        details = built[name]["details"][layout.DECODER_WITH_PAST]
+        details = built.manifests[name]["details"][layout.DECODER_WITH_PAST]
         graph = onnx.load(str(tmp_path / name / layout.DECODER_WITH_PAST)).graph
         weights = {i.name for i in graph.initializer}
         plain = [n for n in graph.node if n.op_type == "MatMul" and n.input[1] in weights]
         assert details["matmul_nbits"] > 0 and not plain, name  # no weight MatMul left in fp32, the lm_head included
         assert details["gather_block_quantized"] == (1 if name.startswith("int4") else 0), name
     # what a step reads, from the files: 4-bit blocks under 8-bit blocks under dynamic int8 plus its 32-weight scales
-    size = {name: step_bytes.step_bytes(tmp_path / name) for name in built}
+    size = {name: step_bytes.step_bytes(tmp_path / name) for name in built.manifests}
     assert size["int4-blockwise-b32"] < 0.65 * size["int8-blockwise-b32"]
     assert size["int8"] < size["int8-blockwise-b32"] < 1.2 * size["int8"]
     assert step_bytes.step_bytes(hand_export) > 3.5 * size["int8"]  # fp32: four bytes a weight

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
+from conftest import tuned_variants
 from mtonnx import data
 from mtonnx.measure import step_bytes
 from mtonnx.measure.restriction import same_tokens
@@ -19,7 +20,6 @@ from mtonnx.runtime.tokenizer import MarianSpmTokenizer
 from mtonnx.runtime.translator import ModelDirError
 from mtonnx.sources import train
 from mtonnx.variants.shortlist import build_shortlisted, learn_shortlist, vmap_text
-from mtonnx.variants.tuned import build_tuned
 
 VOCAB = 2998  # the tiny model's vocab.json
 SOURCES = [p.en for p in data.eval_set({"hsk_size": 24, "techdocs_size": 8, "eval_split": "test"})]
@@ -27,7 +27,7 @@ SOURCES = [p.en for p in data.eval_set({"hsk_size": 24, "techdocs_size": 8, "eva
 
 @pytest.fixture(scope="module")
 def full(dynamo_export, tmp_path_factory):
-    return build_tuned(dynamo_export, tmp_path_factory.mktemp("shortlist"))["int8-tuned"]
+    return tuned_variants(dynamo_export, tmp_path_factory.mktemp("shortlist"))["int8-tuned"]
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
+from conftest import tuned_variants
 from mtonnx import data
 from mtonnx.measure import ablation as ablations
 from mtonnx.measure.probe import import_cost
@@ -25,7 +26,6 @@ from mtonnx.runtime import SessionSettings, Translator, layout, layouts
 from mtonnx.runtime.sessions import ORT_DEFAULTS
 from mtonnx.variants.build import build_variant, read_manifest
 from mtonnx.variants.transforms import dynamic_int8, folded, with_cross_kv
-from mtonnx.variants.tuned import build_tuned
 
 EVAL = {"hsk_size": 12, "techdocs_size": 4, "eval_split": "test"}
 FUSED = SessionSettings(**ORT_DEFAULTS)  # every ORT fusion on, SkipLayerNormFusion included
@@ -50,8 +50,7 @@ def key_transposes(path) -> int:
 @pytest.fixture(scope="module")
 def tuned(dynamo_export, tmp_path_factory):
     work = tmp_path_factory.mktemp("tuned")
-    build_variant("int8", dynamo_export, work / "variants" / "int8", dynamic_int8(), {})
-    return {"fp32": str(dynamo_export), "int8": str(work / "variants" / "int8"), **build_tuned(dynamo_export, work)}
+    return {"fp32": str(dynamo_export), **tuned_variants(dynamo_export, work, ("int8", "fp32-tuned", "int8-tuned"))}
 
 
 def test_fold_removes_every_key_transpose_and_only_those(dynamo_export, tuned, tiny):
@@ -295,8 +294,7 @@ def test_inplace_step_needs_a_head_dim_that_gqa_takes(tuned):
 
 def test_every_tuning_step_keeps_the_tokens_on_the_trained_model(hsk_export, tmp_path_factory):
     work = tmp_path_factory.mktemp("hsk-tuned")
-    build_variant("int8", hsk_export, work / "variants" / "int8", dynamic_int8(), {})
-    tuned = build_tuned(hsk_export, work)
+    tuned = tuned_variants(hsk_export, work, ("int8", "fp32-tuned", "int8-tuned"))
     sources = [p.en for p in data.eval_set({"hsk_size": 48, "techdocs_size": 8, "eval_split": "test"})]
     for beams in (1, 4):
         for plain, tuned_key in ((hsk_export, "fp32-tuned"), (work / "variants" / "int8", "int8-tuned")):

@@ -9,6 +9,7 @@
 - `serve`, `serve-bench`: the HTTP translation service and its load generator (the `serve` extra).
 - `batch`: translate a corpus locally or on Ray Data (the `scale` extra).
 - `train`: train the default model from packaged data (`make model`).
+- `migrate`: a user's own checkpoint through the lab's steps as one verified command, into deploy/.
 
 Every error a user can cause is one line on stderr and exit code 2 (bad input) or 1 (a run or check failed);
 Ctrl-C is exit 130, never a traceback. A command whose extra is not installed says which one to install.
@@ -24,9 +25,17 @@ import sys
 import warnings
 from pathlib import Path
 
-from mtonnx.foundation.arguments import in_range
+from mtonnx.foundation.arguments import add_model_source, in_range
 
-EXTRAS = {"run": "lab", "bench": "lab", "train": "lab", "serve": "serve", "serve-bench": "serve", "batch": "scale"}
+EXTRAS = {
+    "run": "lab",
+    "bench": "lab",
+    "train": "lab",
+    "migrate": "lab",
+    "serve": "serve",
+    "serve-bench": "serve",
+    "batch": "scale",
+}
 NEEDS = {"lab": ("torch", "papermill", "yaml"), "serve": ("fastapi", "uvicorn"), "scale": ("pyarrow",)}
 
 
@@ -50,7 +59,7 @@ def build_parser() -> Parser:
     run.add_argument("--only", help="comma-separated notebook numbers to run, e.g. 01,02")
     run.add_argument("--notebooks", help="directory of NN_name.ipynb notebooks (default: the project's)")
     translate = commands.add_parser("translate", help="translate English text with an exported model (no torch)")
-    translate.add_argument("--model-dir", required=True, help="export directory (hand export, optimum's, a variant)")
+    add_model_source(translate, "export directory (hand export, optimum's, a variant, a run's deploy/)")
     translate.add_argument("-i", "--input", help="input text file, one sentence or paragraph per line (default: stdin)")
     translate.add_argument("-o", "--output", help="output file, written when complete (default: stdout)")
     translate.add_argument("--beams", type=in_range(int, 1, 64), help="beam size (default: the model's)")
@@ -79,9 +88,11 @@ def build_parser() -> Parser:
         default="strict",
         help="invalid UTF-8 in the input: stop with the line and byte (strict) or replace it",
     )
-    bench = commands.add_parser("bench", help="the peer benchmark (PyTorch, optimum, mtonnx, CTranslate2)")
-    bench.add_argument("--params", required=True, help="params YAML file; its bench section sets the matrix")
+    bench = commands.add_parser("bench", help="the benchmark's studies (PyTorch, optimum, mtonnx, CTranslate2, ...)")
+    bench.add_argument("--params", help="params YAML file; its bench section sets the matrix")
     bench.add_argument("--out", help="run directory (default: outputs/<params name>)")
+    bench.add_argument("--only", help="comma-separated studies to run, e.g. peers,corpus (default: all; see --list)")
+    bench.add_argument("--list", action="store_true", help="name the studies and what each measures, then stop")
     doctor = commands.add_parser("doctor", help="check an export directory against its source model")
     doctor.add_argument("--model-dir", required=True, help="the export directory (hand, optimum, a variant, deploy/)")
     doctor.add_argument(
@@ -99,6 +110,11 @@ def build_parser() -> Parser:
     train = commands.add_parser("train", help="train the default model from packaged data (params: train section)")
     train.add_argument("--params", required=True, help="params YAML file, e.g. params/train.yaml")
     for name, module, help_ in (
+        (
+            "migrate",
+            "mtonnx.migrate",
+            "your own checkpoint through the lab's steps, verified, into deploy/ (lab extra)",
+        ),
         ("serve", "mtonnx.serve", "the HTTP translation service (serve extra)"),
         ("serve-bench", "mtonnx.serve", "load-test a running service (serve extra)"),
         ("batch", "mtonnx.scale", "translate a corpus locally or on Ray (scale extra)"),
@@ -193,27 +209,42 @@ def _run(args: argparse.Namespace, params: dict) -> int:
     return 0
 
 
+def _bench(args: argparse.Namespace) -> int:
+    from mtonnx.measure import studies
+
+    if args.list:
+        for study in studies.STUDIES:
+            print(f"{study.name:<18} {study.about} (records {study.section}.*)")
+        return 0
+    if not args.params:
+        print("mtonnx: error: bench: --params is required (or --list)", file=sys.stderr)
+        return 2
+    return _bench_run(args)
+
+
 @_with_params
-def _bench(args: argparse.Namespace, params: dict) -> int:
-    from mtonnx.measure.benchmark import metrics, run_benchmark
-    from mtonnx.report.record import merge_metrics, record
+def _bench_run(args: argparse.Namespace, params: dict) -> int:
+    from mtonnx.measure import studies
+    from mtonnx.report.record import merge_metrics, record, recorded
     from mtonnx.report.runner import default_models_dir
     from mtonnx.sources.models import ModelSourceError
 
-    out = _run_dir(args, params)
     try:
-        result = run_benchmark(params, out, default_models_dir(), log=lambda m: print(m, file=sys.stderr))
+        names = studies.select(args.only)
+    except ValueError as err:
+        print(f"mtonnx: error: {err}", file=sys.stderr)
+        return 2
+    out = _run_dir(args, params)
+    bench = studies.Bench.open(params, out, default_models_dir(), log=lambda m: print(m, file=sys.stderr))
+    try:
+        studies.run(bench, names)
     except ModelSourceError as err:
         print(f"mtonnx: error: {err}", file=sys.stderr)
         return 1
-    record(out, "bench", metrics(result))  # the same bench.* metrics notebook 07 records
+    for section, values in studies.metrics(bench, names).items():  # the same metrics the notebooks record
+        record(out, section, {**recorded(out, section), **values})
     merge_metrics(out)
-    for row in result["results"]:
-        print(
-            f"{row['engine']:>13}  {row['config']:<22} {row['median_ms']:>10.1f} ms  "
-            f"x{row['speedup_vs_pytorch_fp32']} vs PyTorch fp32"
-        )
-    print(f"results: {result['path']}", file=sys.stderr)
+    print(f"results: {out / studies.RESULTS}", file=sys.stderr)
     return 0
 
 
@@ -297,7 +328,7 @@ def _translate(args: argparse.Namespace) -> int:
     from mtonnx.foundation.files import write_atomic
     from mtonnx.runtime import ModelDirError, SessionSettings, Translator
     from mtonnx.runtime.textio import InputError, read_text, split_lines
-    from mtonnx.runtime.translator import max_positions
+    from mtonnx.runtime.translator import max_positions, model_dir_of
 
     def fail(message: str) -> int:
         print(f"mtonnx: error: {message}", file=sys.stderr)
@@ -306,6 +337,10 @@ def _translate(args: argparse.Namespace) -> int:
     problem = _output_problem(args.output, args.input)
     if problem:
         return fail(problem)
+    try:
+        args.model_dir = model_dir_of(args.model_dir, args.run)
+    except ModelDirError as err:
+        return fail(str(err))
     options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
     try:
         positions = max_positions(Path(args.model_dir)) if Path(args.model_dir).is_dir() else None
@@ -412,6 +447,7 @@ COMMANDS = {
     "doctor": _doctor,
     "compare": _compare,
     "train": _train,
+    "migrate": _extra("mtonnx.migrate", "main"),
     "serve": _extra("mtonnx.serve", "main"),
     "serve-bench": _extra("mtonnx.serve", "bench_main"),
     "batch": _extra("mtonnx.scale", "main"),

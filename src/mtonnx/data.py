@@ -96,3 +96,13 @@ def summary(pairs: list[Pair]) -> dict[str, Any]:
         if p.source == "hsk":
             by_level[p.level] = by_level.get(p.level, 0) + 1
     return {"pairs": len(pairs), "by_source": by_source, "hsk_by_level": dict(sorted(by_level.items()))}
+
+
+def describe(data_params: dict[str, Any]) -> str:
+    """The evaluation set in words, with its counts: what a gate measured on it can be trusted for."""
+    pairs = eval_set(data_params)
+    hsk = sum(p.source == "hsk" for p in pairs)
+    return (
+        f"the packaged evaluation set, {hsk} sentences of the HSK {data_params['eval_split']} split (in domain) and "
+        f"{len(pairs) - hsk} tech-doc sentences (out of domain): a gate is only as good as this data"
+    )

@@ -116,7 +116,23 @@ SCHEMA: dict[str, Any] = {
             lo=0.0,
             hi=100.0,
         ),
-        "beam_sentences": Field(int, 8, "sentences timed with beam 4 per variant", lo=1, hi=10000),
+        "fidelity_min": Field(
+            float,
+            0.8,
+            "fidelity gate: a variant passes when the 95 % CI of its share of sentences identical to fp32's "
+            "translation lies at or above this",
+            lo=0.0,
+            hi=1.0,
+        ),
+        "workload_batches": Field(
+            list, [1, 8], "the objective: batch sizes of the workload the recommendation times", items=int, lo=1, hi=256
+        ),
+        "workload_beams": Field(
+            int, None, "beams of the workload (default: generation.num_beams, what serve and batch use)", lo=1, hi=16
+        ),
+        "workload_weights": Field(
+            list, None, "weight of each workload batch size in the objective (default: 1 each)", items=float, lo=0.0
+        ),
         "timing_sentences": Field(
             int, 16, "sentences (the first of the eval set) every variant is timed on", lo=1, hi=10000
         ),
@@ -124,7 +140,31 @@ SCHEMA: dict[str, Any] = {
         "speed_margin": Field(
             float, 1.1, "faster means at least this ratio in every paired repetition", lo=1.0, hi=10.0
         ),
+        "recipes": Field(
+            list,
+            "all",
+            "the registry's recipes to build and measure ('all', or names; fp32, the baseline, always)",
+            items=str,
+            keywords=("all",),
+        ),
+        "keep": Field(
+            list,
+            ["recommended"],
+            "variant directories kept after the run ('recommended', 'all', or names): the rest are measured, then "
+            "removed (deploy/ keeps the recommended one either way)",
+            items=str,
+        ),
         "calibration_tokens": Field(int, 16, "decoding steps recorded per calibration batch", lo=1, hi=512),
+    },
+    "targets": {
+        "int8_vs_pytorch_fp32": Field(
+            float, 4.0, "notebook 07: the int8 runtime's speed over PyTorch eager fp32 (forced lengths)", lo=0.0
+        ),
+        "int8_vs_ct2_int8": Field(float, 1.15, "notebook 07: the int8 runtime's speed over CTranslate2 int8", lo=0.0),
+        "fp32_vs_optimum_fp32": Field(float, 1.0, "notebook 07: the fp32 runtime's speed over optimum's", lo=0.0),
+        "corpus_vs_ct2_int8": Field(
+            float, 1.2, "notebook 07: sentences/s over CTranslate2 int8 on the eval corpus at real lengths", lo=0.0
+        ),
     },
     "serve": {
         "host": Field(str, "127.0.0.1", "`mtonnx serve`: the address to bind (loopback unless told otherwise)"),
@@ -152,9 +192,9 @@ SCHEMA: dict[str, Any] = {
         "max_chars": Field(int, 5000, "most characters per text (413 above)", lo=1, hi=1_000_000),
         "log_text": Field(bool, False, "log the texts of requests (off: only method, status, sentences, ms)"),
         "bench_concurrency": Field(
-            list, [1, 4, 16, 64], "notebook 09: concurrent clients per load level", items=int, lo=1, hi=4096
+            list, [1, 4, 16, 64], "notebook 11: concurrent clients per load level", items=int, lo=1, hi=4096
         ),
-        "bench_seconds": Field(float, 10.0, "notebook 09: seconds of load per level", lo=0.1, hi=3600.0),
+        "bench_seconds": Field(float, 10.0, "notebook 11: seconds of load per level", lo=0.1, hi=3600.0),
     },
     "scale": {
         "engine": Field(str, "local", "`mtonnx batch`: local (one process) or ray", choices=("local", "ray")),
@@ -162,10 +202,10 @@ SCHEMA: dict[str, Any] = {
         "threads_per_worker": Field(int, 1, "CPUs and ONNX Runtime threads per actor", lo=1, hi=64),
         "batch_size": Field(int, 32, "sentences per model call, length-sorted within a block", lo=1, hi=256),
         "corpus_lines": Field(
-            int, 6000, "notebook 10: lines of the corpus built from the eval and train data", lo=1, hi=1_000_000
+            int, 6000, "notebook 12: lines of the corpus built from the eval and train data", lo=1, hi=1_000_000
         ),
         "repeats": Field(
-            int, 5, "notebook 10: rounds of the 1- and 2-worker runs, alternated (medians, paired speedup)", lo=1, hi=20
+            int, 5, "notebook 12: rounds of the 1- and 2-worker runs, alternated (medians, paired speedup)", lo=1, hi=20
         ),
     },
     "compare": {
@@ -224,6 +264,17 @@ def load(path: str | Path) -> dict[str, Any]:
     params["_file"] = str(path.resolve())
     params["_hash"] = params_hash(params)
     params["_root"] = str(Path(os.environ.get(ROOT_ENV) or path.resolve().parent / params["project_root"]).resolve())
+    return params
+
+
+def defaults() -> dict[str, Any]:
+    """The schema's defaults as validated params, for a command run without --params (`_root`: $MTONNX_PROJECT_ROOT,
+    else the current directory)."""
+    params = _validate({}, SCHEMA, Path("<defaults>"), prefix="")
+    params["name"] = "defaults"
+    params["_file"] = None
+    params["_hash"] = params_hash(params)
+    params["_root"] = str(Path(os.environ.get(ROOT_ENV) or Path.cwd()).resolve())
     return params
 
 
@@ -302,6 +353,8 @@ def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
     if spec.items is not None:
         if not isinstance(value, list):
             raise ParamsError(f"{file}: '{key}' must be a list, got {type(value).__name__} {value!r}")
+        if spec.items is float:  # as for single floats: YAML reads 1 as an int
+            value = [_as_float(v) for v in value]
         bad = [v for v in value if isinstance(v, bool) or not isinstance(v, spec.items)]
         if bad or not value:
             raise ParamsError(f"{file}: '{key}' must be a non-empty list of {spec.items.__name__}, got {value!r}")

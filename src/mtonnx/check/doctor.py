@@ -467,14 +467,24 @@ CHECKS: list[tuple[Callable[[Subject], Check], bool, tuple[str, ...]]] = [
 ]
 
 
-def source_of(onnx_dir: Path) -> Path | None:
-    """The source model an export records in its manifest (export_manifest.json's `source`), if it still exists."""
-    manifest = onnx_dir / layout.EXPORT_MANIFEST
-    try:
-        source = json.loads(manifest.read_text(encoding="utf-8")).get("source") if manifest.is_file() else None
-    except (OSError, ValueError, AttributeError):
-        return None
-    return Path(source) if isinstance(source, str) and Path(source).is_dir() else None
+def source_of(onnx_dir: Path, depth: int = 4) -> Path | None:
+    """The source model an export records (export_manifest.json's `source`), following a variant's manifest back to
+    the export it was built from (a deploy directory, a variant of a variant), if it still exists."""
+    for _ in range(depth):
+        for manifest in (layout.EXPORT_MANIFEST, layout.VARIANT_MANIFEST):
+            try:
+                source = json.loads((onnx_dir / manifest).read_text(encoding="utf-8")).get("source")
+            except (OSError, ValueError, AttributeError):
+                continue
+            break
+        else:
+            return None
+        if not isinstance(source, str) or not Path(source).is_dir():
+            return None
+        if manifest == layout.EXPORT_MANIFEST:
+            return Path(source)
+        onnx_dir = Path(source)
+    return None
 
 
 def source_problem(model_dir: Path | None) -> str | None:

@@ -317,6 +317,8 @@ def finite_outputs(variant_dir: str | Path, sources: list[str]) -> bool:
     translator = Translator(variant_dir, decoder="split")
     ids, mask = translator.tokenizer.batch(sources)
     run = translator.decoder.begin(ids, mask)
+    if translator.shortlist is not None:  # its decoders take the batch's lm_head columns as inputs
+        run.feed_columns(translator.shortlist.feeds(translator.shortlist.rows(ids, mask)))
     logits = run.step(np.full(len(sources), translator.settings.decoder_start_token_id))
     return bool(np.isfinite(run.hidden).all() and np.isfinite(logits).all())
 

@@ -16,6 +16,7 @@ import logging
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from torch import nn
 
 from mtonnx.export.samples import EXPORT_CASE, SampleInputs
 from mtonnx.export.wrappers import Subgraph, decoder_layers, subgraphs
+from mtonnx.foundation import buildkey
 from mtonnx.foundation.files import staged_dir
 from mtonnx.params import DEFAULT_EXPORTER, DEFAULT_OPSET, EXPORTERS
 from mtonnx.runtime import layout
@@ -69,6 +71,28 @@ def export_manual(
     """Export `model_dir` into `out_dir` (replaced atomically); returns the manifest."""
     model = load_for_export(model_dir, attention)
     return export_model(model, out_dir, exporter, opset, source_dir=model_dir, files=files)
+
+
+EXPORT_VERSIONS = ("torch", "transformers", "onnx", "onnxscript", "mtonnx")  # change an export's bytes
+
+
+def ensure_exported(
+    model_dir: str | Path,
+    out_dir: str | Path,
+    exporter: str = DEFAULT_EXPORTER,
+    opset: int = DEFAULT_OPSET,
+    log: Callable[[str], None] | None = print,
+) -> dict[str, Any]:
+    """`export_manual`, unless `out_dir` holds an export with the same build key (the model's files, exporter,
+    opset, versions: foundation.buildkey); returns the manifest either way, and says which in one log line."""
+    parts = {
+        "model": buildkey.files_fingerprint(model_dir),
+        "exporter": exporter,
+        "opset": opset,
+        "versions": buildkey.versions(*EXPORT_VERSIONS),
+    }
+    buildkey.reuse_or_build(out_dir, parts, lambda: export_manual(model_dir, out_dir, exporter, opset), log)
+    return json.loads((Path(out_dir) / layout.EXPORT_MANIFEST).read_text(encoding="utf-8"))
 
 
 def export_model(

@@ -7,10 +7,12 @@ optimum's `main_export` is its successor. It writes encoder, decoder, decoder-wi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mtonnx.export.manual import io_table
+from mtonnx.foundation import buildkey
 from mtonnx.foundation.files import staged_dir
 from mtonnx.passes import graphinfo
 from mtonnx.runtime import layout
@@ -30,6 +32,22 @@ def export_optimum(model_dir: str | Path, out_dir: str | Path) -> dict[str, Any]
         if missing:
             raise RuntimeError(f"optimum did not write {', '.join(missing)}")
     return {"seconds": round(time.perf_counter() - start, 1), "files": {f: (out_dir / f).stat().st_size for f in FILES}}
+
+
+def ensure_optimum(
+    model_dir: str | Path, out_dir: str | Path, log: Callable[[str], None] | None = print
+) -> dict[str, Any]:
+    """`export_optimum`, unless `out_dir` holds optimum's export of the same model files with the same versions
+    (foundation.buildkey); returns its files and seconds (None when it was reused) either way."""
+    parts = {
+        "model": buildkey.files_fingerprint(model_dir),
+        "task": TASK,
+        "versions": buildkey.versions("optimum-onnx", "optimum", "torch", "transformers", "onnx"),
+    }
+    done: dict[str, Any] = {}
+    _, reused = buildkey.reuse_or_build(out_dir, parts, lambda: done.update(export_optimum(model_dir, out_dir)), log)
+    files = {f: (Path(out_dir) / f).stat().st_size for f in FILES}
+    return {"seconds": done.get("seconds"), "files": files, "reused": reused}
 
 
 def load_ort_model(optimum_dir: str | Path, use_merged: bool = False):

@@ -22,3 +22,10 @@ def in_range(kind: type, lo: float, hi: float | None = None):
         return value
 
     return parse
+
+
+def add_model_source(parser: argparse.ArgumentParser, model_help: str) -> None:
+    """--model-dir or --run (one of them): the model directory the runtime loads, or a run whose deploy/ it loads."""
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--model-dir", help=model_help)
+    where.add_argument("--run", help="a run directory (outputs/<run>): load the variant it recommended, its deploy/")

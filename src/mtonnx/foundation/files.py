@@ -99,6 +99,15 @@ def staged_dir(target: str | Path, keep_existing: bool = False) -> Iterator[Path
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def link_or_copy(source: str | Path, target: str | Path) -> None:
+    """`target` as a hard link to `source` (the bytes stored once: files here are replaced by rename, never edited in
+    place), or a copy where the filesystem cannot link them."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 def replace_dir(new: Path, target: Path) -> None:
     """Move `new` to `target`; an existing target is swapped out first and deleted only afterwards."""
     old = None

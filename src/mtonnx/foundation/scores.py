@@ -87,6 +87,25 @@ def paired_bootstrap(
     return out
 
 
+def fidelity(
+    hypotheses: list[str], fp32: list[str], samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED
+) -> dict[str, Any]:
+    """How far a variant's translations are fp32's own, sentence by sentence: the share identical with its 95 % CI
+    (the same seeded resamples and percentile rule as `paired_bootstrap`), and chrF of the variant against fp32's
+    output as its reference (how much the sentences that differ, differ)."""
+    if len(hypotheses) != len(fp32) or not fp32:
+        raise ValueError(f"{len(hypotheses)} translations for {len(fp32)} fp32 sentences")
+    same = np.array([a == b for a, b in zip(hypotheses, fp32)], dtype=float)
+    rows = np.random.default_rng(seed).choice(len(fp32), size=(samples, len(fp32)), replace=True)
+    shares = np.sort(same[rows].mean(axis=1))
+    low, high = samples // 40, samples - samples // 40 - 1
+    return {
+        "same_as_fp32": round(float(same.mean()), 3),
+        "same_as_fp32_ci": [round(float(shares[low]), 3), round(float(shares[high]), 3)],
+        "chrf_vs_fp32": round(CHRF().corpus_score(hypotheses, [fp32]).score, 2),
+    }
+
+
 def _resampled(metric, hypotheses: list[str], references: list[str], rows: np.ndarray) -> np.ndarray:
     """The corpus score of each bootstrap resample (`rows`: its sentence indices), computed as sacrebleu does."""
     stats = np.array(metric._extract_corpus_statistics(hypotheses, [references]), dtype="float32")

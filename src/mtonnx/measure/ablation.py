@@ -1,9 +1,11 @@
-"""Notebook 07's ablations: what each tuning step (variants.tuned) bought in time and in memory, tokens kept, and
-what the runtime's real-length choices buy (retiring done sentences, encoding rows of similar length together)."""
+"""Notebook 09's ablations: what each tuning step (variants.tuned) changed in the step graph, bought in time and in
+memory, and the tokens it kept, and what the runtime's real-length choices buy (retiring done sentences, encoding
+rows of similar length together)."""
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,8 @@ from mtonnx.runtime.tokenizer import pad
 
 @dataclass(frozen=True)
 class Step:
-    """One row of the ablation: a variant directory, a layout, session settings, screening, the search head."""
+    """One row of the ablation: a variant directory, a layout, session settings, screening, the search head, and
+    the call that builds what it adds."""
 
     label: str
     variant: str
@@ -28,18 +31,75 @@ class Step:
     kept: bool  # part of the project's int8 runtime (False: measured, rejected)
     exact: bool = True  # keeps every token (False: moves int8 tokens, so its variants pass notebook 06's gate with it)
     head: bool = False  # beam search ranks from the search head (decoding.GenerationSettings.search_head)
+    call: str = ""  # what builds the change (a graph pass or a runtime setting), as a reader would call it
 
 
 # Each step adds one change to the step before; all but the last with every ORT fusion on.
 STEPS = (
-    Step("int8 as notebook 06 builds it", "int8", "split", ORT_DEFAULTS, False, True),
-    Step("+ key transposes folded", "int8-tuned", "split", ORT_DEFAULTS, False, True),
-    Step("+ screened beam candidates", "int8-tuned", "split", ORT_DEFAULTS, True, True),
-    Step("+ lean layout (no decoder_model)", "int8-tuned", "lean", ORT_DEFAULTS, True, True),
-    Step("+ tuned step (keys in place, cross-attention per sentence)", "int8-tuned", "tuned", ORT_DEFAULTS, True, True),
-    Step("+ SkipLayerNormFusion off (the runtime's default)", "int8-tuned", "tuned", {}, True, True, exact=False),
     Step(
-        "+ search head (top logits and normalizer in the step graph)", "int8-tuned", "tuned", {}, True, True, head=True
+        "int8 as notebook 06 builds it",
+        "int8",
+        "split",
+        ORT_DEFAULTS,
+        False,
+        True,
+        call="variants.transforms.dynamic_int8()",
+    ),
+    Step(
+        "+ key transposes folded",
+        "int8-tuned",
+        "split",
+        ORT_DEFAULTS,
+        False,
+        True,
+        call="passes.key_transposes.fold_key_transposes(model)",
+    ),
+    Step(
+        "+ screened beam candidates",
+        "int8-tuned",
+        "split",
+        ORT_DEFAULTS,
+        True,
+        True,
+        call="generate(..., screen_candidates=True)",
+    ),
+    Step(
+        "+ lean layout (no decoder_model)",
+        "int8-tuned",
+        "lean",
+        ORT_DEFAULTS,
+        True,
+        True,
+        call="passes.cross_kv.extract_cross_kv(decoder_model, out)",
+    ),
+    Step(
+        "+ tuned step (keys in place, cross-attention per sentence)",
+        "int8-tuned",
+        "tuned",
+        ORT_DEFAULTS,
+        True,
+        True,
+        call="passes.tuned_step.tuned_step(model)",
+    ),
+    Step(
+        "+ SkipLayerNormFusion off (the runtime's default)",
+        "int8-tuned",
+        "tuned",
+        {},
+        True,
+        True,
+        exact=False,
+        call="runtime.sessions.SessionSettings() (DISABLED_OPTIMIZERS)",
+    ),
+    Step(
+        "+ search head (top logits and normalizer in the step graph)",
+        "int8-tuned",
+        "tuned",
+        {},
+        True,
+        True,
+        head=True,
+        call="passes.search_head.search_head_model()",
     ),
     Step(
         "+ in-place step (caches bound as past and present, attention as ORT's fused ops)",
@@ -50,6 +110,7 @@ STEPS = (
         True,
         exact=False,
         head=True,
+        call="passes.inplace_attention.inplace_step(model)",
     ),
 )
 # What each step did to resident memory after load (lean comes after the mapped file here: the split layout
@@ -121,10 +182,60 @@ def ablation(
                     "times_ms": m["times_ms"],
                     "speedup": round(measured[0]["median_ms"] / m["median_ms"], 2),
                     "speedup_vs_previous": round(previous["median_ms"] / m["median_ms"], 2),
+                    "speedup_vs_previous_paired": paired_ratio(previous["times_ms"], m["times_ms"]),
                     "same_tokens_as_previous": m["result"] == previous["result"],
                 }
             )
     return results
+
+
+def graph_changes(dirs: dict[str, str]) -> list[dict[str, Any]]:
+    """Per STEPS entry, the graph a step runs (its layout's step file, and the search head when it uses it): its
+    node count, and each op type whose count differs from the step before's, as [before, after]."""
+    from mtonnx.passes.graphinfo import op_counts
+    from mtonnx.runtime.layout import SEARCH_HEAD
+
+    out, previous = [], None
+    for step in STEPS:
+        files = [Path(dirs[step.variant]) / BY_NAME[step.layout].files[-1]]
+        if step.head and (Path(dirs[step.variant]) / SEARCH_HEAD).is_file():
+            files.append(Path(dirs[step.variant]) / SEARCH_HEAD)
+        counts = sum((op_counts(f) for f in files if f.is_file()), start=Counter())
+        before = previous if previous is not None else counts
+        changed = {op: [before.get(op, 0), counts.get(op, 0)] for op in sorted(set(before) | set(counts))}
+        out.append(
+            {
+                "step": step.label,
+                "call": step.call,
+                "files": [f.name for f in files],
+                "nodes": sum(counts.values()),
+                "changed ops": {op: n for op, n in changed.items() if n[0] != n[1]},
+            }
+        )
+        previous = counts
+    return out
+
+
+def step_view(rows: list[dict[str, Any]], graphs: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    """What notebook 09 shows for STEPS[index]: a line naming the call and the graph it runs, the ops whose counts
+    changed ({op: {"before", "after"}}), and per (batch, beams) its median ms, the paired speedup against the step
+    before (median, min and max over the repetitions) and whether it kept the tokens of the step before."""
+    step, graph = STEPS[index], graphs[index]
+    measured = [
+        {
+            "config": f"b{r['batch']} beam{r['beams']}",
+            "median ms": r["median_ms"],
+            **{f"vs previous ({k})": v for k, v in (r["speedup_vs_previous_paired"] or {}).items()},
+            "same tokens as previous": r["same_tokens_as_previous"],
+        }
+        for r in rows
+        if r["step"] == step.label
+    ]
+    return {
+        "summary": f"{step.label}: {step.call}; runs {' + '.join(graph['files'])}, {graph['nodes']} nodes",
+        "graph": {op: {"before": n[0], "after": n[1]} for op, n in graph["changed ops"].items()},
+        "measured": measured,
+    }
 
 
 # The runtime's choices that only real lengths show (decoding.GenerationSettings flags, on by default): the forced

@@ -1,6 +1,6 @@
-"""The peer benchmark as one call returning a dict (what `mtonnx bench` and notebook 07 run), and what is read
-off it: the headline ratios against PyTorch, optimum and CTranslate2, the memory-bandwidth bound of a decoding
-step, the targets check, and the metrics a run records."""
+"""What is read off the benchmark's studies (measure.studies): the headline ratios against PyTorch, optimum and
+CTranslate2, the memory-bandwidth bound of a decoding step, the targets check (the params' `targets`), and the
+metrics each study records."""
 
 from __future__ import annotations
 
@@ -16,27 +16,17 @@ from typing import Any
 import numpy as np
 
 from mtonnx import data
-from mtonnx.foundation.files import staged_dir, write_json
-from mtonnx.measure import ablation as ablations
-from mtonnx.measure import peers, restriction, search_graph, step_bytes, verdicts
+from mtonnx.foundation.files import staged_dir
+from mtonnx.measure import peers, restriction, step_bytes, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
-from mtonnx.runtime import MarianSpmTokenizer
+from mtonnx.runtime import load_tokenizer
 from mtonnx.runtime.output_rows import OutputRows
-from mtonnx.sources import models, train
-from mtonnx.variants.restricted import build_restricted
-from mtonnx.variants.shortlist import build_shortlisted, learn_shortlist, vmap_text
+from mtonnx.sources import train
+from mtonnx.variants.shortlist import learn_shortlist, vmap_text
 
-RESULTS = "bench.json"
-CORPUS_ENGINES, CORPUS_BATCH, CORPUS_THREADS, CORPUS_REPEATS = ("mtonnx-int8", "ct2-int8"), 32, (1, 2), 3
-CORPUS_TARGET = 1.2  # mtonnx-int8 / ct2-int8 in sentences per second, at each thread count
-RESTRICTED = "int8-tuned-target-vocab"  # int8-tuned with the target side's output rows only (variants.restricted)
-SHORTLISTED = "int8-tuned-shortlist"  # int8-tuned decoding over a lexical shortlist per batch (variants.shortlist)
+RESTRICTED = "int8-tuned-target-vocab"  # int8-tuned with the target side's output rows only (variants.registry)
+SHORTLISTED = "int8-tuned-shortlist"  # int8-tuned decoding over a lexical shortlist per batch (variants.registry)
 HEADLINE_TOKENS = 32  # the output length the headline ratios are read at (the shortest one when not measured)
-TARGETS = {
-    **{f"int8_vs_pt_fp32_b{b}{s}": 4.0 for b in (1, 8) for s in ("", "_beam4")},
-    **{f"int8_vs_ct2_int8_b{b}{s}": 1.15 for b in (1, 8) for s in ("", "_beam4")},
-    "fp32_vs_optimum_fp32_b1": 1.0,
-}
 
 
 def available_engines(wanted: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -47,126 +37,6 @@ def available_engines(wanted: list[str]) -> tuple[list[str], dict[str, str]]:
             {e: "ctranslate2 not installed (pip install -e '.[bench]')" for e in wanted if e.startswith("ct2")}
         )
     return [e for e in wanted if e not in skipped], skipped
-
-
-def run_benchmark(
-    params: dict[str, Any], run_dir: str | Path, models_dir: str | Path, log: Callable[[str], None] = print
-) -> dict[str, Any]:
-    """Prepare every engine's files from the params' model, measure the matrix, write bench.json."""
-    b, e = params["bench"], params["export"]
-    model_dir = models.resolve(params["model"], models_dir, params.get("_root"))["dir"]
-    log("preparing exports, the int8 variant and CTranslate2 models ...")
-    engines, skipped = available_engines(b["engines"])
-    paths = peers.prepare(
-        model_dir,
-        run_dir,
-        exporter=e["exporter"],
-        opset=e["opset"],
-        ct2=not any(name.startswith("ct2") for name in skipped),
-    )
-    tokenizer = MarianSpmTokenizer(paths.fp32_export)
-    rows = [
-        tokenizer.encode(f"{params['model']['source_prefix']} {p.en}".strip()) for p in data.eval_set(params["data"])
-    ]
-    configs = [
-        peers.Config(batch, beams, threads, tokens)
-        for batch, beams, threads, tokens in itertools.product(b["batches"], b["beams"], b["threads"], b["tokens"])
-    ]
-    log(f"measuring {len(engines)} engines x {len(configs)} configurations, {b['repeats']} repeats ...")
-    results = peers.measure_engines(engines, paths, configs, rows, warmup=b["warmup"], repeats=b["repeats"])
-    corpus_engines = [e for e in CORPUS_ENGINES if e in engines]
-    corpus_configs = [
-        peers.Config(CORPUS_BATCH, params["generation"]["num_beams"], t, params["generation"]["max_new_tokens"], True)
-        for t in CORPUS_THREADS
-    ]
-    log(f"the eval corpus at its real lengths, batches of {CORPUS_BATCH}, threads {CORPUS_THREADS}: {corpus_engines}")
-    corpus = peers.measure_engines(
-        corpus_engines, paths, corpus_configs, rows, warmup=1, repeats=min(b["repeats"], CORPUS_REPEATS)
-    )
-    real_lengths = {}
-    for option, what in ablations.REAL_LENGTH_OPTIONS.items():
-        log(f"{what}: the eval corpus at batch {CORPUS_BATCH}, with and without ...")
-        real_lengths[option] = ablations.real_lengths(
-            paths.int8_tuned,
-            rows,
-            CORPUS_BATCH,
-            params["generation"]["num_beams"],
-            params["generation"]["max_new_tokens"],
-            option,
-            repeats=min(b["repeats"], CORPUS_REPEATS),
-        )
-    log("the search inside the graph (ORT's BeamSearch op) against the runtime's loop and CTranslate2 ...")
-    search = search_graph.compare_search(
-        paths,
-        rows,
-        list(itertools.product(b["batches"], b["beams"])),
-        headline_tokens(b["tokens"]),
-        params["generation"],
-        engines,
-        warmup=b["warmup"],
-        repeats=b["repeats"],
-    )
-    log(f"ablation: the tuning steps one by one ({len(ablations.STEPS)} variants) ...")
-    tuned = {"int8": paths.int8_variant, "int8-tuned": paths.int8_tuned}
-    ablation = ablations.ablation(
-        tuned,
-        rows,
-        list(itertools.product(b["batches"], b["beams"])),
-        tokens=b["tokens"][0],
-        warmup=b["warmup"],
-        repeats=b["repeats"],
-    )
-    log("the output vocabulary restricted to the target side's rows, against int8-tuned ...")
-    cut = Path(run_dir) / "variants" / RESTRICTED
-    build_restricted(paths.int8_tuned, cut)  # always from the int8-tuned just measured (seconds at opus scale)
-    restricted = against_source(paths.int8_tuned, cut, params)
-    counts = b["restriction_sizes"]
-    log(f"restrictions to {counts} rows (those between the target side's rows and the vocabulary) ...")
-    sized = restriction.sizes(
-        paths.int8_tuned,
-        counts,
-        Path(run_dir) / "restriction-sizes",
-        rows,
-        headline_tokens(b["tokens"]),
-        list(itertools.product(b["batches"], b["beams"])),
-        warmup=b["warmup"],
-        repeats=b["repeats"],
-    )
-    log("a lexical shortlist learned from the training pairs, against int8-tuned and CTranslate2 with its vmap ...")
-    shortlisted = shortlist(paths, Path(run_dir), params, engines)
-    log("memory after load and after one generation at the largest config, one fresh process per engine ...")
-    loaded = peers.rss_after_load(engines, paths)
-    largest = ((rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
-    ran = peers.rss_after_load(engines, paths, run=largest)
-    out = {
-        "results": results,
-        "ablation": ablation,
-        "rss_mb": {name: m["rss_mb"] for name, m in loaded.items()},
-        "rss_after_run_mb": {name: m["rss_mb"] for name, m in ran.items()},
-        "rss_kinds_mb": {"after_load": _kinds(loaded), "after_run": _kinds(ran)},
-        "memory_ablation": ablations.memory_ablation(tuned),
-        "retirement": real_lengths["retire_finished"],
-        "encoder_groups": real_lengths["group_encoder"],
-        "search_graph": search,
-        "restricted": restricted,
-        "restriction_sizes": sized,
-        "shortlist": shortlisted,
-        "corpus": corpus,
-        "step_bytes": step_bytes.per_variant(Path(paths.int8_tuned).parent),  # every variant of the run
-        "skipped": skipped,
-        "bytes_per_token": bytes_per_token(model_dir),
-        "bandwidth_gbs": memory_bandwidth_gbs(),
-        "paths": paths.__dict__,
-        "sentences": len(rows),
-        "tokens": headline_tokens(b["tokens"]),
-    }
-    path = write_json(Path(run_dir) / RESULTS, out)
-    return {**out, "path": str(path)}
-
-
-def _kinds(memory: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Each engine's resident memory by kind (peers.rss_after_load), where the platform tells it."""
-    return {name: m["kinds_mb"] for name, m in memory.items() if m["kinds_mb"]}
 
 
 def against_source(
@@ -192,15 +62,20 @@ def against_source(
 
 def shortlist(paths: peers.Paths, run_dir: Path, params: dict[str, Any], engines: list[str]) -> dict[str, Any]:
     """The shortlist learned from the trained model's pairs (HSK train split and glosses) with the params' sizes,
-    int8-tuned shortlisted with it (and CTranslate2 int8 given it as its vocabulary map, when installed): tokens and
-    the quality gate against int8-tuned (restriction.restriction), the mean columns and lm_head bytes per step at
-    each batch size, and the four engines timed in turn at each (batch, beams), 1 thread."""
+    the registry's int8-tuned-shortlist built with it (and CTranslate2 int8 given it as its vocabulary map, when
+    installed): tokens and the quality gate against int8-tuned (restriction.restriction), the mean columns and
+    lm_head bytes per step at each batch size, and the four engines timed in turn at each (batch, beams), 1 thread."""
+    from mtonnx.variants import registry
+
     b, prefix = params["bench"], params["model"]["source_prefix"]
-    tokenizer = MarianSpmTokenizer(paths.int8_tuned)
+    tokenizer = load_tokenizer(paths.int8_tuned)
     pairs = train.training_pairs(train.RECIPE)
     learned = learn_shortlist(pairs, tokenizer, b["shortlist_frequent"], b["shortlist_per_source"], prefix)
-    listed = Path(run_dir) / "variants" / SHORTLISTED
-    build_shortlisted(paths.int8_tuned, listed, learned)
+    variants = Path(paths.int8_tuned).parent
+    built = registry.build(paths.fp32_export, variants, registry.Inputs(shortlist=learned), [SHORTLISTED], log=None)
+    if SHORTLISTED not in built.manifests:
+        raise RuntimeError(f"{SHORTLISTED} could not be built: {built.failed.get(SHORTLISTED)}")
+    listed = variants / SHORTLISTED
     vmap = Path(run_dir) / "ct2" / "int8-vmap"
     with_ct2 = "ct2-int8" in engines
     if with_ct2:
@@ -296,7 +171,7 @@ def paired_ratios(results: list[dict[str, Any]], tokens: int) -> dict[str, dict[
     return _headline(results, tokens, lambda slow, fast: paired_ratio(slow.get("times_ms"), fast.get("times_ms")))
 
 
-def corpus_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
+def corpus_summary(results: list[dict[str, Any]], target: float) -> dict[str, Any]:
     """The corpus runs per engine (sentences/s, tokens/s; `t<N>_` for N threads) and mtonnx-int8 / ct2-int8 per
     thread count: the ratio of medians and its spread, paired repetition by repetition where both ran in one
     process (1 thread), else bracketed by the extremes (min: the slowest mtonnx run against the fastest ct2 run)."""
@@ -322,20 +197,28 @@ def corpus_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
                 "max": round(max(ct2["times_ms"]) / min(ours["times_ms"]), 2),
             }
         )
-    verdict = {key: verdicts.target(spread[key], CORPUS_TARGET) for key in ratio}
+    verdict = {key: verdicts.target(spread[key], target) for key in ratio}
     return {"engines": engines, "ratio": ratio, "spread": spread, "targets": verdict}
 
 
-def targets(results: list[dict[str, Any]], tokens: int) -> list[dict[str, Any]]:
-    """Each headline ratio against its target: the ratio of medians, the per-repetition spread, and the verdict
-    (verdicts.target: met / missed / within noise, from the paired repetitions)."""
+TARGET_OF = {  # which target of the params' `targets` each headline ratio is held to
+    **{f"int8_vs_pt_fp32_b{b}{s}": "int8_vs_pytorch_fp32" for b in (1, 8) for s in ("", "_beam4")},
+    **{f"int8_vs_ct2_int8_b{b}{s}": "int8_vs_ct2_int8" for b in (1, 8) for s in ("", "_beam4")},
+    "fp32_vs_optimum_fp32_b1": "fp32_vs_optimum_fp32",
+}
+
+
+def targets(results: list[dict[str, Any]], tokens: int, wanted: dict[str, float]) -> list[dict[str, Any]]:
+    """Each headline ratio against its target (`wanted`: the params' targets section): the ratio of medians, the
+    per-repetition spread, and the verdict (verdicts.target: met / missed / within noise, from the paired
+    repetitions)."""
     headline, paired = ratios(results, tokens), paired_ratios(results, tokens)
     return [
         {
             "ratio": key,
             "measured": value,
-            "target": TARGETS[key],
-            "verdict": verdicts.target(paired[key], TARGETS[key]),
+            "target": wanted[TARGET_OF[key]],
+            "verdict": verdicts.target(paired[key], wanted[TARGET_OF[key]]),
             **{f"per repetition: {k}": (paired[key] or {}).get(k) for k in ("median", "min", "max")},
         }
         for key, value in headline.items()
@@ -360,29 +243,47 @@ def bytes_per_token(model_dir: str | Path) -> dict[str, Any]:
     }
 
 
-def memory_bandwidth_gbs(megabytes: int = 512) -> float:
-    """Sustained read bandwidth of this machine, from a large numpy reduction (GB/s, median of 5)."""
-    array = np.ones(megabytes * 2**20 // 8, dtype=np.float64)
-    return round(array.nbytes / (timed(array.sum, warmup=0, repeats=5)["median_ms"] / 1000) / 1e9, 2)
+def memory_bandwidth_gbs(nbytes: int) -> float:
+    """Sustained read bandwidth over a working set of `nbytes` (GB/s, median of 5 numpy reductions): the bytes a
+    decoding step reads, so the bound is measured where those bytes live (a cache that holds them reads faster than
+    main memory; `cache_sizes` tells which level that is)."""
+    array = np.ones(max(nbytes, 2**20) // 8, dtype=np.float64)
+    repeat = max(1, 2**29 // array.nbytes)  # small sets are read repeatedly, so the clock sees enough work
+    return round(
+        array.nbytes * repeat / (timed(lambda: [array.sum() for _ in range(repeat)], 1, 5)["median_ms"] / 1000) / 1e9, 2
+    )
 
 
-def bound_table(result: dict[str, Any], tokens: int) -> list[dict[str, Any]]:
-    """Per engine at batch 1 greedy: bytes read per token, the bandwidth bound, the measured ms per token, and
-    the fraction of the bound reached (1 = as fast as reading the weights once per step allows)."""
-    bound, rows = result["bytes_per_token"], []
+def cache_sizes() -> dict[str, str]:
+    """This CPU's cache sizes by level (L1d, L2, L3, as lscpu lists them), from Linux's sysfs; {} elsewhere."""
+    out = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            level, kind, size = ((index / f).read_text().strip() for f in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind != "Instruction":
+            out[f"L{level}{'d' if kind == 'Data' else ''}"] = size
+    return out
+
+
+def bound_table(peers_result: dict[str, Any], bound: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per engine at batch 1 greedy: bytes read per token, the bandwidth bound (at that working set), the measured
+    ms per token, and the fraction of the bound reached (1 = as fast as reading the weights once per step allows)."""
+    tokens, rows = peers_result["tokens"], []
     for engine in ("mtonnx-fp32", "mtonnx-int8", "ct2-fp32", "ct2-int8", "pytorch-fp32"):
         row = next(
             (
                 r
-                for r in result["results"]
+                for r in peers_result["results"]
                 if r["engine"] == engine and r["config"] == peers.Config(1, 1, 1, tokens).name
             ),
             None,
         )
         if row is None:
             continue
-        nbytes = bound["weights_per_token"] * (1 if engine.endswith("int8") else 4)
-        bound_ms = nbytes / (result["bandwidth_gbs"] * 1e9) * 1000
+        nbytes = bound["bytes_per_token"]["weights_per_token"] * (1 if engine.endswith("int8") else 4)
+        bound_ms = nbytes / (bound["bandwidth_gbs"] * 1e9) * 1000
         measured_ms = row["median_ms"] / tokens
         rows.append(
             {
@@ -396,74 +297,73 @@ def bound_table(result: dict[str, Any], tokens: int) -> list[dict[str, Any]]:
     return rows
 
 
-def metrics(result: dict[str, Any]) -> dict[str, Any]:
-    """What a run records under `bench.` (notebook 07 and `mtonnx bench`); keys never depend on the params."""
-    tokens = result["tokens"]
-    fraction = {r["engine"]: r["fraction of bound"] for r in bound_table(result, tokens)}
-    corpus = corpus_summary(result["corpus"])
-    return {
-        "results": [
-            {
-                k: r[k]
-                for k in (
-                    "engine",
-                    "config",
-                    "batch",
-                    "beams",
-                    "threads",
-                    "tokens",
-                    "median_ms",
-                    "min_ms",
-                    "max_ms",
-                    "times_ms",
-                    "speedup_vs_pytorch_fp32",
-                )
+ROW_KEYS = ("engine", "config", "batch", "beams", "threads", "tokens", "median_ms", "min_ms", "max_ms", "times_ms")
+
+
+def metrics(study: str, results: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """What a study records (measure.studies), read off its result in `results` (every study's result so far, by
+    name); keys never depend on the params."""
+    r, wanted = results[study], params["targets"]
+    if study == "peers":
+        tokens = r["tokens"]
+        return {
+            "results": [{k: row[k] for k in (*ROW_KEYS, "speedup_vs_pytorch_fp32")} for row in r["results"]],
+            "ratio": ratios(r["results"], tokens),
+            "ratio_per_repetition": paired_ratios(r["results"], tokens),
+            "targets": {t["ratio"]: t["verdict"] for t in targets(r["results"], tokens, wanted)},
+            "headline_tokens": tokens,
+            "skipped": r["skipped"],
+        }
+    if study == "bound":
+        fraction = {row["engine"]: row["fraction of bound"] for row in bound_table(results["peers"], r)}
+        return {
+            "bandwidth_gbs": r["bandwidth_gbs"],
+            "bound_working_set_mb": r["working_set_mb"],
+            "bound_fraction_b1": fraction.get("mtonnx-int8"),
+        }
+    if study == "corpus":
+        corpus = corpus_summary(r["results"], wanted["corpus_vs_ct2_int8"])
+        return {
+            "corpus": corpus["engines"],
+            "corpus_ratio": corpus["ratio"],
+            "corpus_ratio_per_repetition": corpus["spread"],
+            "corpus_targets": corpus["targets"],
+        }
+    if study == "memory":
+        return {
+            "rss_mb": r["rss_mb"],
+            "rss_after_run_mb": r["rss_after_run_mb"],
+            "rss_kinds_mb": r["rss_kinds_mb"],
+        }
+    if study == "tuning-memory":
+        return {"memory_ablation": {row["step"]: row["rss_mb"] for row in r["steps"]}}
+    if study == "tuning":
+        keep = (
+            "step",
+            "batch",
+            "beams",
+            "median_ms",
+            "speedup_vs_previous",
+            "same_tokens_as_previous",
+            "kept",
+            "exact",
+        )
+        return {"ablation": [{k: row[k] for k in keep} for row in r["ablation"]]}
+    if study in ("retirement", "encoder-groups"):
+        return {study.replace("-", "_"): r}
+    if study == "restriction":
+        return {"restricted": r["restricted"], "bytes_per_token": r["step_bytes"]}
+    if study == "restriction-sizes":
+        return {
+            "restricted_rows": {
+                str(row["rows"]): {"step_mb": row["step_mb"], **speedups(row["speed"])} for row in r["sizes"]
             }
-            for r in result["results"]
-        ],
-        "rss_mb": result["rss_mb"],
-        "rss_after_run_mb": result["rss_after_run_mb"],
-        "rss_kinds_mb": result["rss_kinds_mb"],
-        "ratio": {**ratios(result["results"], tokens), **corpus["ratio"]},
-        "ratio_per_repetition": {**paired_ratios(result["results"], tokens), **corpus["spread"]},
-        "targets": {**{t["ratio"]: t["verdict"] for t in targets(result["results"], tokens)}, **corpus["targets"]},
-        "corpus": corpus["engines"],
-        "bandwidth_gbs": result["bandwidth_gbs"],
-        "bound_fraction_b1": fraction.get("mtonnx-int8"),
-        "headline_tokens": tokens,
-        "skipped": result["skipped"],
-        "ablation": [
-            {
-                k: r[k]
-                for k in (
-                    "step",
-                    "batch",
-                    "beams",
-                    "median_ms",
-                    "speedup_vs_previous",
-                    "same_tokens_as_previous",
-                    "kept",
-                    "exact",
-                )
-            }
-            for r in result["ablation"]
-        ],
-        "memory_ablation": {r["step"]: r["rss_mb"] for r in result["memory_ablation"]},
-        "retirement": result["retirement"],
-        "encoder_groups": result["encoder_groups"],
-        "search_graph": search_graph_metrics(result["search_graph"]),
-        "bytes_per_token": result["step_bytes"],
-        "restricted": result["restricted"],
-        "restricted_rows": {
-            str(r["rows"]): {"step_mb": r["step_mb"], **speedups(r["speed"])}
-            for r in result.get("restriction_sizes", [])
-        },
-        **(
-            {"shortlist": {**result["shortlist"], "speedup": shortlist_speedups(result["shortlist"]["speed"])}}
-            if "shortlist" in result
-            else {}
-        ),
-    }
+        }
+    if study == "shortlist":
+        return {"shortlist": {**r, "speedup": shortlist_speedups(r["speed"])}}
+    if study == "search-graph":
+        return {"search_graph": search_graph_metrics(r)}
+    raise ValueError(f"no metrics for study {study!r}")
 
 
 def shortlist_speedups(speed: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:

@@ -13,12 +13,12 @@ import functools
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from mtonnx.measure.timing import interleaved
-from mtonnx.runtime import layout
 
 
 @dataclass(frozen=True)
@@ -49,54 +49,71 @@ class Paths:
     optimum_dir: str
     ct2_fp32: str
     ct2_int8: str
-    search_fp32: str  # the search inside the graph (measure.search_graph) over fp32-tuned's split files
-    search_int8: str  # ... over int8-tuned's: what mtonnx-search-int8 loads
+    search_fp32: str  # the search inside the graph (the registry's fp32-search-graph) over fp32-tuned's split files
+    search_int8: str  # ... over int8-tuned's (int8-search-graph): what mtonnx-search-int8 loads
     shortlist_int8: str = ""  # int8-tuned over a lexical shortlist (measure.benchmark.shortlist builds it) ...
     ct2_vmap_int8: str = ""  # ... and CTranslate2 int8 with the same list as its vocabulary map (vmap.txt)
 
 
+PEER_VARIANTS = ("int8", "fp32-tuned", "int8-tuned", "fp32-search-graph", "int8-search-graph")
+
+
 def prepare(
-    model_dir: str | Path, work_dir: str | Path, exporter: str = "dynamo", opset: int = 18, ct2: bool = True
+    model_dir: str | Path,
+    work_dir: str | Path,
+    exporter: str = "dynamo",
+    opset: int = 18,
+    ct2: bool = True,
+    log: Callable[[str], None] | None = None,
 ) -> Paths:
-    """Build whatever is missing: the hand export, the int8 variant, the tuned fp32 and int8 variants, their
-    search graphs, optimum's export, CTranslate2 models."""
-    from mtonnx.export.manual import export_manual
-    from mtonnx.export.optimum import export_optimum
-    from mtonnx.passes.search_graph import build_search_model
-    from mtonnx.variants.build import build_variant
-    from mtonnx.variants.transforms import dynamic_int8
-    from mtonnx.variants.tuned import build_tuned
+    """The engines' files, each built only when its build key does not match (foundation.buildkey): the hand export
+    and optimum's, the registry's int8, tuned and search-graph variants (the registry builds them; the benchmark
+    times what the variant table measures), CTranslate2's conversions (keyed by the model and its version)."""
+    from mtonnx.export.manual import ensure_exported
+    from mtonnx.export.optimum import ensure_optimum
+    from mtonnx.variants import registry
 
     work = Path(work_dir)
-    manual, int8, optimum = work / "export_manual", work / "variants" / "int8", work / "export_optimum"
-    if not (manual / layout.DECODER_WITH_PAST).is_file():
-        export_manual(model_dir, manual, exporter=exporter, opset=opset)
-    if not (int8 / layout.DECODER_WITH_PAST).is_file():
-        build_variant("int8", manual, int8, dynamic_int8(), {"name": "int8"})
-    tuned = build_tuned(manual, work)
+    manual, variants, optimum = work / "export_manual", work / "variants", work / "export_optimum"
+    ensure_exported(model_dir, manual, exporter=exporter, opset=opset, log=log)
+    built = registry.build(manual, variants, registry.Inputs(), names=PEER_VARIANTS, log=log)
+    if built.failed:
+        raise RuntimeError(f"the benchmark's variants could not be built: {built.failed}")
     paths = Paths(
         str(model_dir),
         str(manual),
-        str(int8),
-        tuned["fp32-tuned"],
-        tuned["int8-tuned"],
+        *(str(variants / name) for name in ("int8", "fp32-tuned", "int8-tuned")),
         str(optimum),
         str(work / "ct2" / "fp32"),
         str(work / "ct2" / "int8"),
-        str(work / "search" / "fp32"),
-        str(work / "search" / "int8"),
+        *(str(variants / name) for name in ("fp32-search-graph", "int8-search-graph")),
     )
-    for source, target in ((paths.fp32_tuned, paths.search_fp32), (paths.int8_tuned, paths.search_int8)):
-        if not (Path(target) / layout.SEARCH_MODEL).is_file():
-            build_search_model(source, target)
-    if not (optimum / layout.DECODER_WITH_PAST).is_file():
-        export_optimum(model_dir, optimum)
+    ensure_optimum(model_dir, optimum, log=log)
     for target, quantization in ((paths.ct2_fp32, "float32"), (paths.ct2_int8, "int8")) if ct2 else ():
-        if not (Path(target) / "model.bin").is_file():
-            from ctranslate2.converters import TransformersConverter
-
-            TransformersConverter(str(model_dir)).convert(target, quantization=quantization, force=True)
+        ensure_ct2(model_dir, target, quantization, log)
     return paths
+
+
+def ensure_ct2(
+    model_dir: str | Path, target: str | Path, quantization: str, log: Callable[[str], None] | None = None
+) -> None:
+    """CTranslate2's conversion of the model, unless `target` holds one of the same model files, quantization and
+    ctranslate2 version (foundation.buildkey); converted into a staging directory moved into place when complete."""
+    from mtonnx.foundation import buildkey
+    from mtonnx.foundation.files import staged_dir
+
+    def convert() -> None:
+        from ctranslate2.converters import TransformersConverter
+
+        with staged_dir(target) as tmp:
+            TransformersConverter(str(model_dir)).convert(str(tmp), quantization=quantization, force=True)
+
+    parts = {
+        "model": buildkey.files_fingerprint(model_dir),
+        "quantization": quantization,
+        "versions": buildkey.versions("ctranslate2"),
+    }
+    buildkey.reuse_or_build(target, parts, convert, log)
 
 
 class Engine:
@@ -157,7 +174,7 @@ class Engine:
     def _load_ct2(self, directory: str | None = None) -> None:
         import ctranslate2
 
-        from mtonnx.runtime import MarianSpmTokenizer
+        from mtonnx.runtime import load_tokenizer
 
         directory = directory or (self.paths.ct2_int8 if self.precision == "int8" else self.paths.ct2_fp32)
         self.model = ctranslate2.Translator(
@@ -167,7 +184,7 @@ class Engine:
             inter_threads=1,
             compute_type="int8" if self.precision == "int8" else "float32",
         )
-        tokenizer = MarianSpmTokenizer(self.paths.fp32_export)
+        tokenizer = load_tokenizer(self.paths.fp32_export)
         self.pieces = tokenizer.decoder
 
     def corpus(self, rows: list[list[int]], beams: int, tokens: int, batch: int) -> int:
@@ -336,7 +353,7 @@ def contenders(
 
     import torch
 
-    from mtonnx.runtime import MarianSpmTokenizer
+    from mtonnx.runtime import GenerationSettings, load_tokenizer
     from mtonnx.sources.models import load_pretrained
     from mtonnx.sources.reference import batch as tokenized
 
@@ -352,21 +369,23 @@ def contenders(
     out = {"pytorch-fp32": pytorch}
     if importlib.util.find_spec("ctranslate2") is not None:
         import ctranslate2
-        from ctranslate2.converters import TransformersConverter
 
         target = Path(work_dir) / "ct2" / "int8"
-        if not (target / "model.bin").is_file():
-            TransformersConverter(str(model_dir)).convert(str(target), quantization="int8", force=True)
+        ensure_ct2(model_dir, target, "int8")
         translator = ctranslate2.Translator(
             str(target), device="cpu", intra_threads=threads, inter_threads=1, compute_type="int8"
         )
-        tokenizer = MarianSpmTokenizer(tokenizer_dir)
+        tokenizer = load_tokenizer(tokenizer_dir)
+        forced = GenerationSettings.from_dir(tokenizer_dir).forced_bos_token_id  # M2M100's target language
 
         def ct2(sentences: list[str], beams: int) -> Any:
             source = [
                 [tokenizer.decoder[i] for i in tokenizer.encode(f"{source_prefix} {s}".strip())] for s in sentences
             ]
-            return translator.translate_batch(source, beam_size=beams, max_decoding_length=max_new_tokens)
+            prefix = [[tokenizer.decoder[forced]]] * len(source) if forced is not None else None
+            return translator.translate_batch(
+                source, target_prefix=prefix, beam_size=beams, max_decoding_length=max_new_tokens
+            )
 
         out["ct2-int8"] = ct2
     return out

@@ -18,7 +18,6 @@ from mtonnx.measure.timing import interleaved, paired_ratio
 from mtonnx.passes.output_rows import target_rows
 from mtonnx.runtime import SessionSettings, Translator
 from mtonnx.runtime.tokenizer import pad
-from mtonnx.variants.restricted import build_restricted
 
 
 def same_tokens(
@@ -111,34 +110,29 @@ def restriction(
     }
 
 
-def rows_up_to(target: list[int], vocab: int, count: int) -> list[int]:
-    """`target` (ascending ids) and then the lowest other ids, `count` rows in all: a restriction of that size for
-    timing only (which extra rows are kept does not change the time, only which tokens are reachable)."""
-    kept = set(target)
-    extra = [i for i in range(vocab) if i not in kept][: max(0, count - len(kept))]
-    return sorted(kept | set(extra))
-
-
 def sizes(
-    full_dir: str | Path,
+    export_dir: str | Path,
     counts: list[int],
-    out_dir: str | Path,
+    variants_dir: str | Path,
     rows: list[list[int]],
     tokens: int,
     configs: list[tuple[int, int]],
     warmup: int = 1,
     repeats: int = 5,
 ) -> list[dict[str, Any]]:
-    """Speed against the rows kept: `full_dir` restricted to each of `counts` rows (rows_up_to; only counts between
-    the target side's rows and the vocabulary) into `out_dir`/rows-<count>, every size and the full model timed
-    in turn (1 thread) at each (batch, beams) with `tokens` forced on `rows` (encoded sentences). One row per count."""
+    """Speed against the rows kept: the registry's int8-tuned of `export_dir` restricted to each of `counts` rows
+    (scratch `rows_probe`s; only counts between the target side's rows and the vocabulary) in `variants_dir`, every
+    size and the full model timed in turn (1 thread) at each (batch, beams) with `tokens` forced on `rows` (encoded
+    sentences). One row per count."""
+    from mtonnx.variants import registry
+
+    full_dir = Path(variants_dir) / registry.INT8_TUNED.name
     session = SessionSettings(threads=1)
     full = Translator(full_dir, session=session)
     target, vocab = target_rows(full_dir), full.tokenizer.vocab_size
-    dirs = {}
-    for count in sorted({c for c in counts if len(target) < c < vocab}, reverse=True):
-        dirs[count] = Path(out_dir) / f"rows-{count}"
-        build_restricted(full_dir, dirs[count], rows_up_to(target, vocab, count))
+    probes = tuple(registry.rows_probe(c) for c in sorted({c for c in counts if len(target) < c < vocab}, reverse=True))
+    built = registry.build(export_dir, variants_dir, registry.Inputs(), [p.name for p in probes], None, probes)
+    dirs = {p.settings["rows"]: Path(variants_dir) / p.name for p in probes if p.name in built.manifests}
     cuts = {count: Translator(d, session=session) for count, d in dirs.items()}
     speed = against_full(full, cuts, rows, configs, tokens, warmup, repeats) if cuts else {}
     return [{"rows": c, "step_mb": round(step_bytes(d) / 2**20, 2), "speed": speed[c]} for c, d in dirs.items()]

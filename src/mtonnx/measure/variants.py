@@ -1,10 +1,12 @@
-"""Every variant measured the same way, on the same sentences, with the same runtime.
+"""Every variant measured the same way, on the same sentences, with the runtime a deployment loads.
 
 - `translate`: the whole eval set, batch 8, greedy, untimed: the texts and token ids the quality verdict uses.
 - `compare`: BLEU / chrF of each variant against the references, its deltas to fp32 with 95 % CIs and p-values
-  from sacrebleu's paired bootstrap (measure.quality), the quality gate (measure.verdicts), agreement with fp32.
-- `speed`: batch-1 and batch-8 greedy and batch-1 beam-4 latency on a fixed subset of the sentences, repetitions
-  interleaved across all variants (so a verdict can tell a real speed difference from the machine's drift).
+  from sacrebleu's paired bootstrap (foundation.scores), the quality gate (measure.verdicts); its fidelity to fp32
+  (the share of sentences identical to fp32's, with a 95 % CI, chrF against fp32's output) and the fidelity gate.
+- `speed`: the workload (the params' batch sizes at their beams, what the service and batch run) on a fixed subset
+  of the sentences, repetitions interleaved across all variants (so a verdict can tell a real speed difference
+  from the machine's drift), and the objective: the workload's time, one number per variant and repetition.
   A subset because timing every sentence of every variant would cost minutes and tell no more.
 - `footprint`: size on disk, session load time, resident memory after load in a fresh process.
 """
@@ -22,14 +24,40 @@ from typing import Any
 
 import numpy as np
 
-from mtonnx.foundation.scores import paired_bootstrap, score
+from mtonnx.foundation.scores import fidelity, paired_bootstrap, score
 from mtonnx.measure import verdicts
 from mtonnx.measure.probe import import_cost
-from mtonnx.measure.timing import interleaved, summary
+from mtonnx.measure.timing import interleaved, paired_ratio, summary
 from mtonnx.runtime import SessionSettings, Translator
 from mtonnx.variants.build import size_mb
 
 Contender = Callable[[list[str], int], Any]  # translates a batch of sentences with a beam count
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the objective times: batches of `batch` sentences at `beams` beams, weighted by `weight`."""
+
+    batch: int
+    beams: int
+    weight: float = 1.0
+
+    @property
+    def key(self) -> str:
+        """b<batch>_beam<beams>: how its timings are keyed (`times_ms_<key>`, `p50_ms_<key>`)."""
+        return f"b{self.batch}_beam{self.beams}"
+
+
+def workload(quant: dict[str, Any], generation: dict[str, Any]) -> tuple[Workload, ...]:
+    """The params' workload: `quant.workload_batches` at `quant.workload_beams` (default: generation.num_beams, what
+    the service and batch decode with), each weighted by `quant.workload_weights` (default 1)."""
+    beams = quant["workload_beams"] or generation["num_beams"]
+    weights = quant["workload_weights"] or [1.0] * len(quant["workload_batches"])
+    if len(weights) != len(quant["workload_batches"]):
+        raise ValueError(
+            f"quant.workload_weights has {len(weights)} weights for {len(quant['workload_batches'])} batch sizes"
+        )
+    return tuple(Workload(b, beams, w) for b, w in zip(quant["workload_batches"], weights))
 
 
 @dataclass(frozen=True)
@@ -40,14 +68,22 @@ class VariantBench:
     references: list[str]
     max_new_tokens: int
     session: SessionSettings = SessionSettings()
-    beam_sentences: int = 8
     source_prefix: str = ""
     timing_sentences: int = 16
     repeats: int = 5
     warmup: int = 1
+    workload: tuple[Workload, ...] = (Workload(1, 4), Workload(8, 4))
+
+    @property
+    def objective(self) -> str:
+        """The objective's name (verdicts.objective_name), e.g. latency@b1,b8;beams=4."""
+        beams = {w.beams for w in self.workload}
+        return verdicts.objective_name(
+            [w.batch for w in self.workload], beams.pop() if len(beams) == 1 else 0, [w.weight for w in self.workload]
+        )
 
     def _translator(self, variant_dir: str | Path) -> Translator:
-        return Translator(variant_dir, decoder="split", session=self.session)
+        return Translator(variant_dir, session=self.session)  # the layout a deployment loads (decoder="auto")
 
     def _generate(self, translator: Translator, sources: list[str], batch_size: int, beams: int) -> list[list[int]]:
         ids = []
@@ -72,55 +108,62 @@ class VariantBench:
         return lambda batch, beams: self._generate(translator, batch, len(batch), beams)
 
     def _timed_once(self, contender: Contender) -> dict[str, list[float]]:
-        """One repetition: each timing sentence at batch 1, the timing subset in batches of 8, beam 4 at batch 1."""
+        """One repetition of the workload: the timing sentences in batches of each workload's size and beams."""
         subset = self.sources[: self.timing_sentences]
-        out: dict[str, list[float]] = {"b1": [], "b8": [], "beam4_b1": []}
-        plan = [
-            ("b1", [[s] for s in subset], 1),
-            ("b8", [subset[i : i + 8] for i in range(0, len(subset), 8)], 1),
-            ("beam4_b1", [[s] for s in self.sources[: self.beam_sentences]], 4),
-        ]
-        for key, batches, beams in plan:
-            for batch in batches:
+        out: dict[str, list[float]] = {}
+        for w in self.workload:
+            out[w.key] = []
+            for i in range(0, len(subset), w.batch):
                 start = time.perf_counter()
-                contender(batch, beams)
-                out[key].append((time.perf_counter() - start) * 1000)
+                contender(subset[i : i + w.batch], w.beams)
+                out[w.key].append((time.perf_counter() - start) * 1000)
         return out
 
     def speed(self, contenders: dict[str, Contender]) -> dict[str, dict[str, Any]]:
         """Latency of every contender (`runtime(dir)`, or a peer engine from measure.peers), repetitions interleaved
-        across them: per configuration the total of each repetition (`times_ms_*`, what verdicts compare) and the
-        per-sentence (per-batch) median and p90."""
+        across them: per workload entry the per-batch median and p90 and the total of each repetition
+        (`times_ms_<key>`), and the objective, one number per repetition (`times_ms_workload`: the weighted sum of
+        the totals) with its median (`workload_ms`)."""
         timed = interleaved(
             {name: functools.partial(self._timed_once, c) for name, c in contenders.items()}, self.warmup, self.repeats
         )
         out = {}
         for name, t in timed.items():
             row: dict[str, Any] = {}
-            for key in ("b1", "b8", "beam4_b1"):
-                pooled = summary([ms for rep in t["results"] for ms in rep[key]])
-                row[f"p50_ms_{key}"], row[f"p90_ms_{key}"] = pooled["median_ms"], pooled["p90_ms"]
-                row[f"times_ms_{key}"] = [round(sum(rep[key]), 2) for rep in t["results"]]
+            for w in self.workload:
+                pooled = summary([ms for rep in t["results"] for ms in rep[w.key]])
+                row[f"p50_ms_{w.key}"], row[f"p90_ms_{w.key}"] = pooled["median_ms"], pooled["p90_ms"]
+                row[f"times_ms_{w.key}"] = [round(sum(rep[w.key]), 2) for rep in t["results"]]
+            row["times_ms_workload"] = [
+                round(sum(w.weight * sum(rep[w.key]) for w in self.workload), 2) for rep in t["results"]
+            ]
+            row["workload_ms"] = round(float(np.median(row["times_ms_workload"])), 2)
             out[name] = row
         return out
 
     def footprint(self, variant_dir: str | Path, rss: bool = True) -> dict[str, Any]:
-        """Size on disk, load time, and (`rss`) resident memory after load in a fresh process."""
+        """Size on disk (the whole directory a deployment copies), load time, and (`rss`) resident memory after
+        load in a fresh process."""
         start = time.perf_counter()
         self._translator(variant_dir)
         row = {"size_mb": size_mb(variant_dir), "load_s": round(time.perf_counter() - start, 3)}
         if rss:
-            code = f"from mtonnx.runtime import Translator; Translator({str(variant_dir)!r}, decoder='split')"
+            code = f"from mtonnx.runtime import Translator; Translator({str(variant_dir)!r})"
             row["rss_mb"] = import_cost(code, repeats=1)["rss_mb"]
         return row
 
 
 def compare(
-    translations: dict[str, dict[str, Any]], references: list[str], gate_bleu: float, baseline: str = "fp32"
+    translations: dict[str, dict[str, Any]],
+    references: list[str],
+    gate_bleu: float,
+    fidelity_min: float,
+    baseline: str = "fp32",
 ) -> dict[str, dict[str, Any]]:
-    """Quality of each variant's `translate` output against the references and against the baseline's: scores,
-    paired-bootstrap deltas with CIs and p-values, the gate, exact-match rate and BLEU agreement with the baseline,
-    and for an inconclusive gate the sentences that would decide it."""
+    """Both gates of each variant's `translate` output: quality against the references (scores, paired-bootstrap
+    deltas to the baseline with CIs and p-values, the gate, and for an inconclusive gate the sentences that would
+    decide it) and fidelity to the baseline's own translations (the share identical with its CI, chrF against
+    them, the fidelity gate at `fidelity_min`)."""
     base = translations[baseline]["texts"]
     others = {name: t["texts"] for name, t in translations.items() if name != baseline}
     stats = paired_bootstrap(base, others, references)
@@ -147,15 +190,25 @@ def compare(
             if entry["gate"] == "inconclusive"
             else None
         )
-        entry["exact_match"] = round(float(np.mean([a == b for a, b in zip(t["texts"], base)])), 3)
-        entry["agree_bleu"] = score(t["texts"], base)["bleu"]
+        entry["fidelity"] = fidelity(t["texts"], base)
+        entry["fidelity_gate"] = verdicts.fidelity_gate(entry["fidelity"]["same_as_fp32_ci"], fidelity_min)
         entry["tokens_sha"] = t["tokens_sha"]
         rows[name] = entry
     signature = stats["signature"]
     return {"rows": rows, "signature": signature, "sentences": len(references)}
 
 
-SPEED_KEYS = ("p50_ms_b1", "p90_ms_b1", "p50_ms_b8", "p90_ms_b8", "p50_ms_beam4_b1", "times_ms_b1", "times_ms_b8")
+def candidates(rows: dict[str, dict[str, Any]], baseline: str = "fp32") -> list[str]:
+    """The variants the recommendation chooses among, the baseline first: deployable, and past both gates. Only
+    they are timed: a variant that fails a gate is never recommended, however fast."""
+    from mtonnx.variants import registry
+
+    passing = [n for n, r in rows.items() if r["gate"] == r["fidelity_gate"] == "pass"]
+    return [
+        n for n in dict.fromkeys([baseline, *passing]) if n not in registry.BY_NAME or registry.BY_NAME[n].deployable
+    ]
+
+
 QUALITY_KEYS = (
     "bleu",
     "chrf",
@@ -166,8 +219,8 @@ QUALITY_KEYS = (
     "p_value",
     "gate",
     "sentences_needed",
-    "exact_match",
-    "agree_bleu",
+    "fidelity",
+    "fidelity_gate",
     "tokens_sha",
 )
 PEERS = ("pytorch-fp32", "ct2-int8")  # timed beside the variants on the same sentences (measure.peers.contenders)
@@ -179,14 +232,23 @@ def table(
     footprints: dict[str, dict[str, Any]],
     finite: dict[str, bool],
 ) -> dict[str, dict[str, Any]]:
-    """One row per variant of `quality` (in its order): footprint, speed (and, for the peers that were timed,
-    the speed ratio against them at batch 1 and 8: the peer's median / the variant's), quality, finite outputs."""
+    """One row per variant of `quality` (in its order): what the registry says of it (deployable, lossy), its
+    footprint, speed (and, for the peers that were timed, the objective's ratio against them: the peer's workload
+    time / the variant's, paired repetition by repetition, the median), both gates, finite outputs."""
+    from mtonnx.variants import registry
+
     rows = {}
     for name, q in quality.items():
-        row = {**footprints[name], **{k: speed[name][k] for k in SPEED_KEYS}}
-        for peer in (p for p in PEERS if p in speed):
-            for b in ("b1", "b8"):
-                row[f"vs_{peer}_{b}"] = round(speed[peer][f"p50_ms_{b}"] / speed[name][f"p50_ms_{b}"], 2)
+        recipe = registry.BY_NAME.get(name)
+        row = {
+            "deployable": recipe.deployable if recipe else True,
+            "lossy": recipe.lossy if recipe else None,
+            **footprints[name],
+            **speed.get(name, {}),  # only the candidates are timed: the others fail a gate or cannot be deployed
+        }
+        for peer in (p for p in PEERS if p in speed and name in speed):
+            paired = paired_ratio(speed[peer]["times_ms_workload"], speed[name]["times_ms_workload"])
+            row[f"vs_{peer}"] = (paired or {}).get("median")
         rows[name] = {**row, **{k: q[k] for k in QUALITY_KEYS}, "finite_outputs": finite[name]}
     return rows
 

@@ -8,8 +8,14 @@ variant, and whether a speed target is met.
   repetition (repetition i of both ran seconds apart), of at least MIN_REPEATS; otherwise the two are within
   noise. With equal engines each repetition is a coin toss, so "every one of n" happens by chance with odds 2^-n:
   three repetitions (1 in 8) flipped the recommendation between two CI runs of the same commit; five is 1 in 32.
-- Recommendation: among the variants that pass, those no other passing variant is faster than; of those, the
-  smallest on disk, then the first in a fixed order. It depends on a timing only where the timing is beyond noise.
+- Fidelity: a variant `pass`es when the 95 % CI of its share of sentences identical to fp32's translation lies
+  at or above the params' minimum, `fail`s when it lies below, and is `inconclusive` otherwise. BLEU against human
+  references cannot see a model that says something different for every second sentence when the model's own BLEU
+  is low; this gate can.
+- Recommendation: a declared objective (the workload's time: the params' batch sizes at their beams, one number per
+  variant and repetition) among the deployable variants that pass both gates; out is every one another is faster
+  than beyond noise on it; of the rest the smallest on disk, then the first in a fixed order. It depends on a
+  timing only where the timing is beyond noise.
 """
 
 from __future__ import annotations
@@ -61,57 +67,76 @@ def target(paired: dict[str, float] | None, wanted: float) -> str:
     return "within noise"
 
 
+def fidelity_gate(same_ci: list[float], minimum: float) -> str:
+    """`pass` / `fail` / `inconclusive` for the share of sentences identical to fp32 and its 95 % CI: pass when even
+    the CI's lower end reaches `minimum`, fail when its upper end stays below it, inconclusive in between."""
+    if same_ci[0] >= minimum:
+        return "pass"
+    if same_ci[1] < minimum:
+        return "fail"
+    return "inconclusive"
+
+
+def objective_name(batches: list[int], beams: int, weights: list[float]) -> str:
+    """The objective as a name: `latency@b1,b8;beams=4`, with the weights when they are not all 1."""
+    weighted = "" if all(w == 1 for w in weights) else ";weights=" + ",".join(f"{w:g}" for w in weights)
+    return f"latency@{','.join(f'b{b}' for b in batches)};beams={beams}{weighted}"
+
+
 def recommend(
     rows: dict[str, dict[str, Any]],
-    baseline: str = "fp32",
     margin: float = SPEED_MARGIN,
-    times: tuple[str, ...] = ("times_ms_b1", "times_ms_b8"),
+    objective: str = "latency",
+    baseline: str = "fp32",
 ) -> tuple[str, str]:
-    """(variant, why) from rows holding `gate`, `size_mb`, `bleu_delta`/`bleu_delta_ci` and, under each of `times`
-    the rows all have, the time of each paired repetition (batch 1 for latency, batch 8 for throughput). Out are
-    the variants another passing variant beats beyond noise at some batch without being beaten back at any; of the
-    rest the smallest on disk, then the first in the rows' order (the fixed order that breaks the last ties)."""
+    """(variant, why) by a declared policy. Candidates are the deployable variants that pass both gates (the
+    quality gate against the references and the fidelity gate against fp32's translations). Each has one number
+    per paired repetition, `times_ms_workload` (the objective: the workload's time). Out is every candidate another
+    candidate is faster than beyond noise on that number (`faster_beyond_noise`: by `margin` in every paired
+    repetition); of the rest, which are within noise of each other, the smallest on disk, then the first in the
+    rows' order. The reason names the objective, the gates and the margin."""
     order = list(rows)
-    passing = [name for name in order if rows[name]["gate"] == "pass"]
-    if not passing:
-        return baseline, f"{baseline}: no variant passes the quality gate, so the baseline stays"
-    keys = [t for t in times if all(t in rows[name] for name in passing)]
+    candidates = [n for n in order if _passes(rows[n]) and rows[n].get("deployable", True)]
+    if not candidates:
+        return baseline, f"{baseline}: no deployable variant passes both gates, so the baseline stays"
 
-    def wins(fast: str, slow: str) -> list[str]:
-        return [t for t in keys if faster_beyond_noise(rows[fast][t], rows[slow][t], margin)]
+    def beats(fast: str, slow: str) -> bool:
+        return faster_beyond_noise(rows[fast]["times_ms_workload"], rows[slow]["times_ms_workload"], margin)
 
-    beaten_by = {
-        name: [other for other in passing if other != name and wins(other, name) and not wins(name, other)]
-        for name in passing
-    }
-    by_size = lambda names: sorted(names, key=lambda n: (rows[n]["size_mb"], order.index(n)))  # noqa: E731
-    front = by_size(name for name in passing if not beaten_by[name]) or by_size(passing)
-    choice = front[0]
-    beats = [name for name in passing if choice in beaten_by[name]]
-    row = rows[choice]
+    front = [n for n in candidates if not any(beats(other, n) for other in candidates if other != n)]
+    front.sort(key=lambda n: (rows[n]["size_mb"], order.index(n)))
+    choice, row = front[0], rows[front[0]]
+    repetitions = len(row["times_ms_workload"])
     parts = [
         f"{choice}: passes the quality gate (BLEU delta {row['bleu_delta']:+.2f}, 95 % CI "
-        f"[{row['bleu_delta_ci'][0]:+.2f}, {row['bleu_delta_ci'][1]:+.2f}])"
-        if choice != baseline
-        else f"{choice}: the baseline"
+        f"[{row['bleu_delta_ci'][0]:+.2f}, {row['bleu_delta_ci'][1]:+.2f}]) and the fidelity gate "
+        f"({row['fidelity']['same_as_fp32']:.0%} of sentences identical to fp32, 95 % CI "
+        f"[{row['fidelity']['same_as_fp32_ci'][0]:.0%}, {row['fidelity']['same_as_fp32_ci'][1]:.0%}])",
+        f"objective {objective}: {row['workload_ms']} ms a workload; no candidate is faster beyond noise "
+        f"(at least {margin:.2f}x in every one of {repetitions} paired repetitions)",
     ]
-    if beats:
-        batches = " or ".join(t.removeprefix("times_ms_") for t in keys)
-        parts.append(
-            f"at least {margin:.2f}x faster than {', '.join(beats)} in every paired repetition ({batches}), "
-            "never slower beyond noise"
-        )
-    if any(len(row[t]) < MIN_REPEATS for t in keys):
-        parts.append(
-            f"{min(len(row[t]) for t in keys)} paired repetitions, fewer than {MIN_REPEATS}: no speed difference counts"
-        )
-    ties = [name for name in front if name != choice]
+    beaten = [n for n in candidates if n not in front]
+    if beaten:
+        parts.append(f"faster beyond noise than {', '.join(beaten)}")
+    if repetitions < MIN_REPEATS:
+        parts.append(f"{repetitions} paired repetitions, fewer than {MIN_REPEATS}: no speed difference counts")
+    ties = front[1:]
     if ties:
         parts.append(
             f"within noise of {', '.join(ties)}: chosen as the smallest on disk ({row['size_mb']} MB), "
             "then by the fixed order"
         )
-    losers = [name for name in order if rows[name]["gate"] != "pass"]
-    if losers:
-        parts.append("not considered: " + ", ".join(f"{n} ({rows[n]['gate']})" for n in losers))
+    left = [n for n in order if n not in candidates]
+    if left:
+        parts.append("not candidates: " + ", ".join(f"{n} ({_why_not(rows[n])})" for n in left))
     return choice, "; ".join(parts)
+
+
+def _passes(row: dict[str, Any]) -> bool:
+    return row["gate"] == "pass" and row["fidelity_gate"] == "pass"
+
+
+def _why_not(row: dict[str, Any]) -> str:
+    if not row.get("deployable", True):
+        return "not deployable"
+    return f"quality {row['gate']}, fidelity {row['fidelity_gate']}"

@@ -32,6 +32,11 @@ def summary(path: str | Path, vocab_size: int, d_model: int) -> dict[str, Any]:
     }
 
 
+def op_counts(path: str | Path) -> Counter:
+    """How many nodes of each op type a graph holds (its weights are not read)."""
+    return Counter(n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node)
+
+
 def duplicated_mb(paths: list[str | Path]) -> dict[str, float]:
     """Bytes of weights stored more than once across (and within) files: total minus unique, by content."""
     import hashlib

@@ -10,7 +10,7 @@ cross-attention is one MultiHeadAttention node over the sentence's own K/V (`fus
 scale a step is mostly per-node overhead, and these take it from 119 nodes to 71.
 The arithmetic is ORT's attention kernels instead of the exported MatMul / Softmax / MatMul (scores, softmax and the
 weighted sum in another summation order): logits move by float32 rounding, so tokens can move and the variant
-goes through the measured comparison (notebook 07) instead of the tuned step's bit-for-bit check.
+goes through the measured comparison (notebook 09) instead of the tuned step's bit-for-bit check.
 Hand-written because no library pass targets torch.export graphs: onnxruntime.transformers' fusions match
 TorchScript exports.
 """

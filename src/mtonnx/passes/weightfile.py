@@ -2,7 +2,7 @@
 
 Why: the tied embedding table (vocabulary x d_model, fp32) sits in the encoder file and again in each decoder
 file, and ORT copies every inline initializer into its own memory: the runtime held one copy per session
-(notebook 07's memory ablation measures it). ORT memory-maps
+(notebook 09's memory ablation measures it). ORT memory-maps
 initializers stored as external data instead of copying them, so a Gather reads only the rows it needs and the
 table costs resident memory only for the pages touched. Weights that a kernel prepacks (the integer MatMuls)
 are copied into the packed layout as before. Byte-identical tensors (the tied table, decoder_model's and

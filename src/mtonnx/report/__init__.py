@@ -5,6 +5,9 @@ foundation's (mtonnx.foundation); this package only shows what the layers below 
 Importing this package is light (no torch, papermill or matplotlib): the heavy parts load when called.
 """
 
+from pathlib import Path
+from typing import Any
+
 from mtonnx.foundation.files import staged_dir, write_atomic, write_json
 from mtonnx.report.record import record, recorded, save_figure
 
@@ -16,4 +19,11 @@ def context(params_path: str, run_dir: str, models_dir: str):
     return Context.open(params_path, run_dir, models_dir)
 
 
-__all__ = ["context", "record", "recorded", "save_figure", "staged_dir", "write_atomic", "write_json"]
+def run_path(run_dir: str | Path, params: dict[str, Any]) -> str:
+    """A run directory as a user types it: relative to the project root when inside it (outputs/default)."""
+    path = Path(run_dir).resolve()
+    root = Path(params["_root"]).resolve()
+    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+
+
+__all__ = ["context", "run_path", "record", "recorded", "save_figure", "staged_dir", "write_atomic", "write_json"]

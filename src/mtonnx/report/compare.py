@@ -237,9 +237,8 @@ def _worse(key: str, a: Any, b: Any) -> bool:
 def _without_timing_lists(metrics: dict[str, Any]) -> dict[str, Any]:
     """The metrics without the per-repetition lists (compared by `_speed`) and bench's row lists."""
     out = json.loads(json.dumps(metrics))
-    bench = out.get("bench", {})
-    for key in ("results", "ablation"):
-        bench.pop(key, None)
+    out.get("bench", {}).pop("results", None)
+    out.get("tuning", {}).pop("ablation", None)
     for variant in out.get("quant", {}).values():
         if isinstance(variant, dict):
             for key in [k for k in variant if k.startswith("times_ms")]:

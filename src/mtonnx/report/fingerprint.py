@@ -45,9 +45,9 @@ TIMING_WORDS = (
 )
 TIMING_KEYS = (
     "bench.results",
-    "bench.ablation",
-    "bench.restricted.speed",
-    "bench.shortlist.speed",
+    "tuning.ablation",
+    "bytes.restricted.speed",
+    "bytes.shortlist.speed",
     "pitfalls.each.no cache",
     "pitfalls.reproduced",
 )

@@ -193,6 +193,10 @@ def write_index(run_dir: str | Path, notebooks: list[dict[str, Any]], env: dict[
         graphs=sorted(p.relative_to(run_dir).as_posix() for p in run_dir.glob("graphs/**/*") if p.suffix == ".png"),
         credit=HSK_CREDIT,
         gate=env.get("params", {}).get("quant", {}).get("gate_bleu"),
+        fidelity_min=env.get("params", {}).get("quant", {}).get("fidelity_min"),
+        objective=metrics.get("quant", {}).get("objective"),
+        deploy=metrics.get("deploy"),
+        footprint=metrics.get("run", {}).get("footprint"),
     )
     return write_atomic(run_dir / "index.html", html)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx import params as params_module
-from mtonnx.runtime import SessionSettings, families
+from mtonnx.runtime import SessionSettings, families, layout
 from mtonnx.sources import models
 
 
@@ -63,6 +63,11 @@ class Context:
     def variants_dir(self) -> Path:
         """The quantized and converted variants (notebooks 06 and 07)."""
         return self.run_dir / "variants"
+
+    @property
+    def deploy_dir(self) -> Path:
+        """The recommended variant with its model card (notebook 06): what notebooks 11 and 12 serve."""
+        return self.run_dir / layout.DEPLOY
 
     @cached_property
     def config(self):

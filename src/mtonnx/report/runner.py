@@ -21,7 +21,9 @@ from typing import Any
 
 from mtonnx.foundation import envinfo
 from mtonnx.foundation.files import write_atomic, write_json
+from mtonnx.report.deploy import stamp
 from mtonnx.report.fingerprint import SECTION, fingerprint
+from mtonnx.report.footprint import tidy
 from mtonnx.report.index import write_index
 from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, merge_metrics, record
 from mtonnx.sources import models
@@ -170,9 +172,16 @@ def run(
         if result["status"] != "ok":
             break
 
-    record(out_dir, SECTION, fingerprint(out_dir, merge_metrics(out_dir)))
-    merge_metrics(out_dir)
     status = "interrupted" if interrupted else "ok" if all(r["status"] == "ok" for r in results) else "failed"
+    merged = merge_metrics(out_dir)
+    footprint = None
+    if status == "ok":  # a failed or interrupted run keeps everything it built, for a look at what went wrong
+        recommended = merged.get("quant", {}).get("recommended")
+        footprint = tidy(out_dir, params["quant"]["keep"], recommended, log)
+    identity = fingerprint(out_dir, merged)
+    record(out_dir, SECTION, {**identity, **({"footprint": footprint} if footprint else {})})
+    merge_metrics(out_dir)
+    stamp(out_dir, identity["fingerprint"], env)
     index = write_index(out_dir, results, env, status)
     log(f"report: {index}")
     if interrupted:

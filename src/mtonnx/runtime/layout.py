@@ -24,6 +24,9 @@ OUTPUT_ROWS = "output_rows.json"  # restricted variants: the vocab.json id of ea
 SHORTLIST = "shortlist.json"  # shortlisted variants: the target ids always kept, and those each source id brings
 HEAD_COLUMNS = "lm_head_columns.npz"  # shortlisted variants: the lm_head weight and bias a batch's columns come from
 
+DEPLOY = "deploy"  # in a run directory: the recommended variant, all the runtime needs, and its model card
+MODEL_CARD = "model_card.md"
+
 EXPORT_MANIFEST = "export_manifest.json"
 VARIANT_MANIFEST = "variant_manifest.json"
 TRANSLATIONS = "translations.json"  # in a run's variants/: every variant's translations of the eval set

@@ -20,7 +20,7 @@ OPTIMIZATION = {
 # slower than the Add + LayerNormalization it replaces (hsk-enzh int8, batches of 32 / 8 at beam 4: 1.13-1.21x
 # faster without it, batch 1 greedy the same). fp32 keeps every token; dynamic int8 amplifies the last-bit
 # differences and moved 13-20 of 471 greedy translations, BLEU against fp32 within 0.02 of the fused run's, so int8
-# variants go through notebook 06's quality gate with it (notebook 07's ablation measures the step).
+# variants go through notebook 06's quality gate with it (notebook 09's ablation measures the step).
 DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 ORT_DEFAULTS = {"disabled_optimizers": ()}  # every ORT fusion on: the ablation's steps before this one
 MAX_THREADS = 256

@@ -30,8 +30,8 @@ SPIECE_UNDERLINE = "\u2581"
 
 class SpmTokenizer:
     """Encode English batches to padded int64 arrays; decode generated ids to text. A subclass sets `encoder` (every
-    piece and special token it knows -> id), the special tokens, `source` (the sentencepiece model of the source
-    text), `prefix_ids` and how pieces join into text."""
+    piece and special token it knows -> id), the special tokens, `source` and `target` (the sentencepiece models of
+    the source and the target text: one model for both but in Marian), `prefix_ids` and how pieces join into text."""
 
     def __init__(self, directory: str | Path, convention: TokenizerConvention):
         self.dir, self.convention = Path(directory), convention
@@ -158,7 +158,7 @@ class M2M100SpmTokenizer(SpmTokenizer):
     def load(self) -> None:
         """vocab.json, the sentencepiece model and the language tokens."""
         self.encoder = _json(self.dir / "vocab.json")
-        self.source = _spm(self.dir / "sentencepiece.bpe.model")
+        self.source = self.target = _spm(self.dir / "sentencepiece.bpe.model")
         codes = families.M2M100_LANGUAGES[self.config.get("language_codes", "m2m100")]
         size = len(self.encoder)
         languages = {self.convention.language_token.format(code): size + i for i, code in enumerate(codes)}
@@ -187,7 +187,7 @@ class NllbSpmTokenizer(M2M100SpmTokenizer):
 
     def load(self) -> None:
         """The sentencepiece model and the added tokens."""
-        self.source = _spm(self.dir / "sentencepiece.bpe.model")
+        self.source = self.target = _spm(self.dir / "sentencepiece.bpe.model")
         added = self._added_tokens()
         if not added:
             raise ValueError(
@@ -218,7 +218,7 @@ class T5SpmTokenizer(SpmTokenizer):
             raise ValueError(
                 "tokenizer_config.json sets legacy false: only T5Tokenizer's legacy behaviour is supported"
             )
-        self.source = _spm(self.dir / "spiece.model")
+        self.source = self.target = _spm(self.dir / "spiece.model")
         self.encoder = {self.source.id_to_piece(i): i for i in range(self.source.get_piece_size())}
         added = self._added_tokens()
         self.encoder.update({token["content"]: i for i, token in added.items()})

@@ -282,6 +282,22 @@ class Translator:
         return [self.tokenizer.decode(ids) for ids in self.generate_sorted(encoded, batch_size, progress, **options)]
 
 
+def model_dir_of(model_dir: str | Path | None, run: str | Path | None) -> Path:
+    """The directory to load: `model_dir`, or the deploy/ directory of the run directory `run` (ModelDirError, one
+    line saying how to write it, when the run has none)."""
+    if model_dir is not None:
+        return Path(model_dir)
+    deploy = Path(run) / layout.DEPLOY
+    if not Path(run).is_dir():
+        raise ModelDirError(f"--run {run}: no such run directory (mtonnx run --params ... writes outputs/<name>)")
+    if not deploy.is_dir():
+        raise ModelDirError(
+            f"--run {run}: the run has no {layout.DEPLOY}/ directory; notebook 06 writes it "
+            f"(mtonnx run --params PARAMS --out {run} --only 06)"
+        )
+    return deploy
+
+
 def check_dir(directory: Path, decoder: str = "auto") -> str:
     """The checks made before loading anything (a directory, its tokenizer files and config, a decoder layout's
     files), so a bad directory fails before any work; returns the layout `pick_layout` chooses."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mtonnx.foundation.arguments import in_range
+from mtonnx.foundation.arguments import add_model_source, in_range
 from mtonnx.runtime.layouts import PUBLIC
 from mtonnx.scale.jobs import ENGINES
 
@@ -17,7 +17,7 @@ _positive = in_range(int, 1)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add `mtonnx batch`'s arguments to `parser`."""
-    parser.add_argument("--model-dir", required=True, help="export or variant directory (must exist on every node)")
+    add_model_source(parser, "export or variant directory (must exist on every node)")
     parser.add_argument(
         "--input", required=True, nargs="+", help="text/JSONL/Parquet files, directories or globs (quote globs)"
     )
@@ -64,11 +64,12 @@ def main(args: argparse.Namespace) -> int:
     holds it, the reason in its error column) or the job failed while running, 2 when the job cannot start (one line
     `mtonnx: error: ...`: a bad setting, another job on the output directory, a file there it did not write)."""
     from mtonnx.params import ParamsError
-    from mtonnx.runtime.translator import ModelDirError
+    from mtonnx.runtime.translator import ModelDirError, model_dir_of
     from mtonnx.scale.inputs import ScaleError
     from mtonnx.scale.jobs import summary_line, translate_files
 
     try:
+        args.model_dir = str(model_dir_of(args.model_dir, args.run))
         chosen = settings(args)
         options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
         result = translate_files(

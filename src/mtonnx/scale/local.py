@@ -2,7 +2,7 @@
 
 One Translator (`work.Chunks`), the files one after the other, a tqdm bar on stderr; each file's shard is written
 with the same `shards.write_shard` the Ray writer uses. The better choice while one machine's cores suffice: no
-cluster to start, no processes beside this one (notebook 10 measures what Ray costs).
+cluster to start, no processes beside this one (notebook 12 measures what Ray costs).
 """
 
 from __future__ import annotations

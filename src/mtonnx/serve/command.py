@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from mtonnx.foundation.arguments import add_model_source
 from mtonnx.runtime.layouts import PUBLIC
 
 DECODERS = ("auto", *PUBLIC)
@@ -19,7 +20,7 @@ BENCH_STACK = ("httpx",)
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The flags of `mtonnx serve`; values left unset come from --params' serve section (or its defaults)."""
-    parser.add_argument("--model-dir", required=True, help="export or variant directory the runtime loads")
+    add_model_source(parser, "export or variant directory the runtime loads")
     parser.add_argument("--params", help="params YAML file: its serve section and model.source_prefix")
     parser.add_argument("--host", help="address to bind (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, help="port (default 8000)")
@@ -48,12 +49,14 @@ def main(args: argparse.Namespace) -> int:
         return _fail(f"{missing} is not installed; the service needs the serve extra: pip install 'mtonnx[serve]'")
     from mtonnx.params import ParamsError
     from mtonnx.runtime import ModelDirError, SessionSettings, Translator
+    from mtonnx.runtime.translator import model_dir_of
     from mtonnx.serve import auth, server
     from mtonnx.serve.settings import settings_from_args
 
     try:
+        args.model_dir = model_dir_of(args.model_dir, args.run)
         settings = settings_from_args(args)
-    except ParamsError as err:
+    except (ParamsError, ModelDirError) as err:
         return _fail(str(err))
     if not auth.is_loopback(settings.host) and settings.api_key is None:
         print(

@@ -1,4 +1,4 @@
-"""The load generator of `mtonnx serve-bench` and notebook 09: N concurrent clients for a fixed time.
+"""The load generator of `mtonnx serve-bench` and notebook 11: N concurrent clients for a fixed time.
 
 Each client sends one request at a time over its own keep-alive connection (asyncio + httpx) and starts no new
 one after `seconds`; the run stops by itself. Throughput counts translated sentences over the run's wall time;
@@ -53,7 +53,7 @@ def sweep(url: str, sentences: list[str], levels: list[int], seconds: float, **k
 def summarize(
     batched: dict[int, dict[str, Any]], unbatched: dict[int, dict[str, Any]] | None = None, speedup_at: int = 16
 ) -> dict[str, Any]:
-    """The metrics notebook 09 records: c<N>.{sentences_per_s,p50_ms,p95_ms,p99_ms}, unbatched.c<N>..., the
+    """The metrics notebook 11 records: c<N>.{sentences_per_s,p50_ms,p95_ms,p99_ms}, unbatched.c<N>..., the
     batching speedup at `speedup_at` clients and the errors of every run."""
     out: dict[str, Any] = {f"c{c}": {k: r[k] for k in SHOWN} for c, r in batched.items()}
     runs = list(batched.values())

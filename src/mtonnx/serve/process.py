@@ -1,4 +1,4 @@
-"""The service as a child process on a free loopback port, for notebook 09 and the tests.
+"""The service as a child process on a free loopback port, for notebook 11 and the tests.
 
 `ServiceProcess.start(model_dir, ...)` runs `python -m mtonnx.serve` with its log in a temp file (a pipe nobody
 reads would block the server once full); `wait_ready()` polls /health/ready; `stop()` sends SIGTERM, keeps the

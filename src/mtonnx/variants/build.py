@@ -61,8 +61,9 @@ def read_manifest(variant_dir: str | Path) -> dict[str, Any]:
 
 
 def size_mb(variant_dir: str | Path) -> float:
-    """MB on disk of a variant's split-layout files (what every variant has)."""
-    return round(sum((Path(variant_dir) / f).stat().st_size for f in layout.VARIANT_FILES) / 2**20, 2)
+    """MB of every file of a variant's directory: what a deployment copies (a tuned variant's weights live in
+    weights.bin beside its graphs; a shortlisted one's lm_head columns in their own file)."""
+    return round(sum(p.stat().st_size for p in Path(variant_dir).iterdir() if p.is_file()) / 2**20, 2)
 
 
 @contextlib.contextmanager

@@ -53,7 +53,7 @@ def capture_feeds(fp32_dir: str | Path, sentences: list[str], max_new_tokens: in
     translator = Translator(
         fp32_dir, decoder="split", wrap=lambda file, session: _Recording(session, recorded.setdefault(file, []))
     )
-    translator.translate(sentences, batch_size=batch_size, num_beams=1, max_new_tokens=max_new_tokens)
+    translator.translate_pieces(sentences, batch_size=batch_size, num_beams=1, max_new_tokens=max_new_tokens)
     return recorded
 
 

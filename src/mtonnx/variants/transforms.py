@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 
 import onnx
 
+from mtonnx.foundation.files import link_or_copy
 from mtonnx.passes.cross_kv import extract_cross_kv
 from mtonnx.passes.graph import node_scope
 from mtonnx.passes.inplace_attention import inplace_step
@@ -46,8 +46,8 @@ GROUPS = {
 
 
 def copy_fp32(src: Path, dst: Path) -> dict[str, Any]:
-    """The file unchanged."""
-    shutil.copy2(src, dst)
+    """The file unchanged, its bytes shared with the export (a hard link where the filesystem allows)."""
+    link_or_copy(src, dst)
     return {}
 
 

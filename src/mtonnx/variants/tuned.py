@@ -1,6 +1,7 @@
-"""The tuned variants: what made the project's runtime faster than the plain export, one measured step each.
+"""The tuned step, composed onto a quantization recipe by the registry (variants.registry.tuned): what made the
+project's runtime faster than the plain export, one measured step each.
 
-Steps (notebook 07's ablation measures each against the one before; tests check each keeps the tokens of the
+Steps (notebook 09's ablation measures each against the one before; tests check each keeps the tokens of the
 eval set on tiny and on the trained hsk-enzh, the condition for keeping it, but for step 5 on int8):
 1. key transposes folded (passes.key_transposes): ORT fuses them into its MatMul, no per-step key-cache copy;
 2. beam search screens candidates instead of scoring every continuation (runtime.decoding);
@@ -21,7 +22,7 @@ eval set on tiny and on the trained hsk-enzh, the condition for keeping it, but 
    GroupQueryAttention over cache buffers the runtime binds as past and present (runtime.inplace), so no step copies
    a cache, fed by one packed q/k/v projection; cross-attention as one MultiHeadAttention node per layer (71 nodes a
    step on hsk-enzh int8 instead of 119); ORT's attention kernels sum in another order: fp32 keeps the eval set's
-   tokens, int8 moved 0-1 of 471 hsk-enzh translations (notebook 07's ablation counts them on every run).
+   tokens, int8 moved 0-1 of 471 hsk-enzh translations (notebook 09's ablation counts them on every run).
 """
 
 from __future__ import annotations
@@ -32,40 +33,9 @@ from typing import Any
 import onnx
 
 from mtonnx.runtime import layout
-from mtonnx.variants.build import build_variant, read_manifest
-from mtonnx.variants.transforms import dynamic_int8, folded, with_cross_kv, with_tuned_step
-
-TUNED = ("fp32-tuned", "int8-tuned")
 
 
-def build_tuned(fp32_dir: str | Path, work_dir: str | Path) -> dict[str, str]:
-    """`variants/fp32-tuned` and `variants/int8-tuned` (folded, then notebook 06's int8 recipe; each with the
-    lean layouts' cross K/V file, the tuned step and the in-place step, its weights in one mapped file), if
-    missing or built before the in-place step's fused attention existed."""
-    built = {name: str(Path(work_dir) / "variants" / name) for name in TUNED}
-    for name, then in zip(TUNED, (None, dynamic_int8())):
-        recipe = read_manifest(built[name]).get("recipe", {})
-        if not (recipe.get("fused_attention") and (Path(built[name]) / layout.WEIGHTS).is_file()):
-            build_variant(
-                name,
-                fp32_dir,
-                built[name],
-                with_tuned_step(with_cross_kv(folded(then))),
-                {
-                    "name": name,
-                    "fold": True,
-                    "weights_file": True,
-                    "tuned_step": True,
-                    "search_head": True,
-                    "inplace_step": True,
-                    "fused_attention": True,
-                },
-                finalize=_finalize,
-            )
-    return built
-
-
-def _finalize(directory: Path) -> dict[str, Any]:
+def finalize(directory: Path) -> dict[str, Any]:
     """The weights in one mapped file (passes.weightfile), then the search head beside the step (passes.search_head)."""
     from mtonnx.passes.search_head import search_head_model
     from mtonnx.passes.weightfile import externalize

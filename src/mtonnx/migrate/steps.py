@@ -1,0 +1,454 @@
+"""The steps of `mtonnx migrate`, each a call into the library the notebooks use (there is no second pipeline):
+
+load (sources.models) → export (export.manual.ensure_exported, or optimum's) → parity at unseen shapes
+(check.parity.file_parity) → the runtime's tokens against `generate` (check.parity.runtime_parity) → the registry's
+variants (variants.registry.build) → both gates (measure.variants.compare) → the objective and the recommendation
+(measure.variants, measure.verdicts.recommend) → deploy/ and its card (report.deploy) → metrics.json, env.json and a
+one-page report.html (report.record, report.fingerprint, report.index).
+
+Resumable: each finished step writes `steps/<name>.json` with the key of what it was computed from (the model's
+files, the params, the evaluation set, the flags); a rerun with the same key says it reuses the step and goes on
+from the first one not finished, and the builds themselves are keyed by content (foundation.buildkey), so an
+interrupted variant step rebuilds only what it had not finished. A step that fails on the evidence raises
+MigrationFailed naming the step, the number and the threshold, and leaves everything built in place.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mtonnx.foundation import buildkey
+from mtonnx.foundation.files import write_json
+from mtonnx.runtime import layout
+
+STEPS = ("load", "export", "parity", "tokens", "variants", "gates", "objective", "deploy", "report")
+SUPPORTED = ("marian",)  # config.json's model_type of the families the project exports and runs
+# Rough seconds per step on a 2-core machine: a fixed part, and a part per million parameters (export, builds) or per
+# evaluation sentence and million parameters (translations). The list printed at the start is an estimate, no more.
+COST = {
+    "load": (2, 0.0, 0.0),
+    "export": (20, 1.0, 0.0),
+    "parity": (5, 0.2, 0.0),
+    "tokens": (5, 0.0, 0.05),
+    "variants": (30, 3.0, 0.0),
+    "gates": (10, 0.0, 0.2),
+    "objective": (40, 0.5, 0.0),
+    "deploy": (2, 0.05, 0.0),
+    "report": (5, 0.0, 0.0),
+}
+
+
+class MigrationFailed(RuntimeError):
+    """A step that failed on the evidence; str() names the step, the number and the threshold."""
+
+
+class MigrationRefused(ValueError):
+    """Input the migration cannot use (an unsupported architecture, an unreadable evaluation file)."""
+
+
+@dataclass
+class Migration:
+    """One migration: what it was asked, where it writes, and the steps' results so far."""
+
+    model: str
+    out: Path
+    params: dict[str, Any]
+    eval_file: Path | None = None
+    exporter: str = "manual"
+    only_fp32: bool = False
+    log: Callable[[str], None] = print
+    results: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_args(cls, args, log: Callable[[str], None] = print) -> Migration:
+        """From `mtonnx migrate`'s parsed flags (params validated, the evaluation file checked)."""
+        from mtonnx import params as params_module
+
+        params = params_module.load(args.params) if args.params else params_module.defaults()
+        eval_file = Path(args.eval_file) if args.eval_file else None
+        if eval_file is not None and not eval_file.is_file():
+            raise MigrationRefused(f"--eval {eval_file}: no such file (a TSV of source<TAB>reference lines)")
+        return cls(args.model, Path(args.out), params, eval_file, args.exporter, args.only_fp32, log)
+
+    @property
+    def steps_dir(self) -> Path:
+        """Where each finished step's result is kept."""
+        return self.out / "steps"
+
+    @property
+    def export_dir(self) -> Path:
+        """The fp32 export every variant is built from."""
+        return self.out / ("export_optimum" if self.exporter == "optimum" else "export_manual")
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """(source, reference) of the evaluation set: --eval's TSV, else the packaged set of the params."""
+        if self.eval_file is None:
+            from mtonnx import data
+
+            return [(p.en, p.zh) for p in data.eval_set(self.params["data"])]
+        return read_tsv(self.eval_file)
+
+    def key(self, step: str) -> str:
+        """What a step's result depends on: the model's files, the params, the evaluation set, the flags."""
+        return buildkey.key_of(
+            {
+                "step": step,
+                "model": self.results["load"]["fingerprint"],
+                "params": self.params["_hash"],
+                "eval": buildkey.key_of(self.pairs),
+                "exporter": self.exporter,
+                "only_fp32": self.only_fp32,
+                "versions": buildkey.versions("mtonnx"),
+            }
+        )
+
+
+def read_tsv(path: Path) -> list[tuple[str, str]]:
+    """source<TAB>reference per line (blank lines skipped); MigrationRefused naming the first bad line."""
+    pairs = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) != 2 or not all(p.strip() for p in parts):
+            raise MigrationRefused(f"--eval {path}: line {number} is not source<TAB>reference")
+        pairs.append((parts[0].strip(), parts[1].strip()))
+    if not pairs:
+        raise MigrationRefused(f"--eval {path}: no sentence pairs")
+    return pairs
+
+
+def run(m: Migration) -> Path:
+    """Run every step not finished yet (announcing the list with an estimate); returns the deploy directory."""
+    from tqdm import tqdm
+
+    m.out.mkdir(parents=True, exist_ok=True)
+    m.results["load"] = load(m)
+    estimate = estimates(m)
+    m.log(
+        f"migrating {m.results['load']['name']} ({m.results['load']['family']}, "
+        f"{m.results['load']['parameters'] / 1e6:.1f}M parameters) into {m.out}; steps, roughly: "
+        + ", ".join(f"{name} ~{seconds:.0f} s" for name, seconds in estimate.items())
+    )
+    for name in tqdm(STEPS[1:], desc="migrate", unit="step", leave=False):
+        path, key = m.steps_dir / f"{name}.json", m.key(name)
+        done = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        if done.get("key") == key:
+            m.log(f"reused step {name} (finished earlier, same model, params and evaluation set)")
+            m.results[name] = done["result"]
+            continue
+        start = time.perf_counter()
+        m.results[name] = STEP_FUNCTIONS[name](m)
+        seconds = round(time.perf_counter() - start, 1)
+        write_json(path, {"key": key, "seconds": seconds, "result": m.results[name]})
+        m.log(f"step {name} done in {seconds} s")
+    return m.out / layout.DEPLOY
+
+
+def estimates(m: Migration) -> dict[str, float]:
+    """Each step's rough duration (COST) for this model and evaluation set."""
+    millions, sentences = m.results["load"]["parameters"] / 1e6, len(m.pairs)
+    return {
+        name: fixed + per_million * millions + per_sentence * sentences * max(millions, 1.0) ** 0.5
+        for name, (fixed, per_million, per_sentence) in COST.items()
+    }
+
+
+def load(m: Migration) -> dict[str, Any]:
+    """The model resolved (a directory, a built model's name, or a hub name), its family checked."""
+    from mtonnx.report.runner import default_models_dir
+    from mtonnx.sources import models
+
+    as_path = Path(m.model)
+    block = {"name": as_path.name if as_path.exists() else m.model, "path": str(as_path) if as_path.exists() else None}
+    try:
+        resolved = models.resolve({**m.params["model"], **block}, default_models_dir(), m.params["_root"])
+    except models.ModelSourceError as err:
+        raise MigrationRefused(str(err)) from None
+    config = json.loads((Path(resolved["dir"]) / "config.json").read_text(encoding="utf-8"))
+    family = config.get("model_type")
+    if family not in SUPPORTED:
+        raise MigrationRefused(
+            f"--model {m.model}: model_type {family!r} is not supported; supported families: {', '.join(SUPPORTED)}"
+        )
+    return {
+        "name": resolved["name"],
+        "dir": str(resolved["dir"]),
+        "family": family,
+        "fingerprint": buildkey.files_fingerprint(resolved["dir"]),
+        "parameters": _parameters(config),
+    }
+
+
+def _parameters(config: dict[str, Any]) -> int:
+    """The parameter count a config implies, roughly (embeddings, attention and feed-forward weights)."""
+    d, vocab = config.get("d_model", 512), config.get("vocab_size", 0)
+    layers = config.get("encoder_layers", 6) + config.get("decoder_layers", 6)
+    ffn = config.get("encoder_ffn_dim", 4 * d)
+    return vocab * d + layers * (4 * d * d + 2 * d * ffn) + config.get("decoder_layers", 6) * 4 * d * d
+
+
+def export(m: Migration) -> dict[str, Any]:
+    """The fp32 export, reused when its build key matches."""
+    e = m.params["export"]
+    if m.exporter == "optimum":
+        from mtonnx.export.optimum import ensure_optimum
+
+        ensure_optimum(m.results["load"]["dir"], m.export_dir, log=m.log)
+    else:
+        from mtonnx.export.manual import ensure_exported
+
+        ensure_exported(m.results["load"]["dir"], m.export_dir, e["exporter"], e["opset"], log=m.log)
+    return {"dir": str(m.export_dir), "key": buildkey.recorded(m.export_dir).get("key")}
+
+
+def _reference(m: Migration):
+    from mtonnx.sources.models import load_pretrained
+
+    return load_pretrained(m.results["load"]["dir"])
+
+
+def parity(m: Migration) -> dict[str, Any]:
+    """Every output of every file against PyTorch at shapes the export never saw, within export.tolerance."""
+    from mtonnx.check.parity import CASES, file_parity
+
+    tolerance = m.params["export"]["tolerance"]
+    result = file_parity(
+        _reference(m)[0], m.export_dir, tolerance=tolerance, cases=CASES, files=list(layout.VARIANT_FILES)
+    )
+    worst_file = max(result["files"], key=lambda f: result["files"][f]["max_abs_diff"])
+    worst = result["files"][worst_file]["max_abs_diff"]
+    if not result["pass"]:
+        raise MigrationFailed(
+            f"parity: max |ONNX - PyTorch| {worst:.2e} in {worst_file} is above export.tolerance {tolerance:g}"
+        )
+    return {"max_abs_diff": worst, "file": worst_file, "tolerance": tolerance}
+
+
+def tokens(m: Migration) -> dict[str, Any]:
+    """The torch-free runtime's tokens against `generate`, greedy and beam, on the first runtime.parity_sentences
+    evaluation sentences: every one must be identical."""
+    from mtonnx.check.parity import runtime_parity
+    from mtonnx.runtime import Translator
+
+    model, tokenizer = _reference(m)
+    g = m.params["generation"]
+    sources = [en for en, _ in m.pairs][: m.params["runtime"]["parity_sentences"]]
+    translator = Translator(m.export_dir, decoder="split")
+    out = {}
+    for search, beams in (("greedy", 1), ("beam", g["num_beams"])):
+        result = runtime_parity(
+            translator,
+            model,
+            tokenizer,
+            sources,
+            num_beams=beams,
+            batch_size=g["batch_size"],
+            max_new_tokens=g["max_new_tokens"],
+            source_prefix=m.params["model"]["source_prefix"],
+        )
+        if result["match"] < 1.0:
+            raise MigrationFailed(
+                f"tokens: {result['match']:.1%} of {result['sentences']} sentences identical to generate ({search}, "
+                f"beams {beams}); the threshold is 100%"
+            )
+        out[f"export, {search}, batched"] = result["match"]
+    return out
+
+
+def _bench(m: Migration):
+    from mtonnx.measure.variants import VariantBench, workload
+
+    p = m.params
+    return VariantBench(
+        [en for en, _ in m.pairs],
+        [zh for _, zh in m.pairs],
+        max_new_tokens=p["generation"]["max_new_tokens"],
+        source_prefix=p["model"]["source_prefix"],
+        timing_sentences=p["quant"]["timing_sentences"],
+        repeats=p["quant"]["speed_repeats"],
+        warmup=p["bench"]["warmup"],
+        workload=workload(p["quant"], p["generation"]),
+    )
+
+
+def variants(m: Migration) -> dict[str, Any]:
+    """The registry's deployable variants (only fp32 with --only-fp32), each reused when its build key matches."""
+    from mtonnx import data
+    from mtonnx.sources import train
+    from mtonnx.variants import registry
+    from mtonnx.variants.calibration import capture_feeds
+    from mtonnx.variants.shortlist import learn_shortlist
+
+    try:
+        names = ["fp32"] if m.only_fp32 else registry.selected(m.params["quant"]["recipes"])
+    except ValueError as err:
+        raise MigrationRefused(str(err)) from None
+    inputs = registry.Inputs()
+    if not m.only_fp32:
+        p, config = m.params, json.loads((m.export_dir / "config.json").read_text(encoding="utf-8"))
+        calibration = data.calibration_set(p["data"])
+        from mtonnx.runtime import families, load_tokenizer
+
+        shortlist = learn_shortlist(
+            train.training_pairs(train.RECIPE),
+            load_tokenizer(m.export_dir),
+            p["bench"]["shortlist_frequent"],
+            p["bench"]["shortlist_per_source"],
+            p["model"]["source_prefix"],
+        )
+        inputs = registry.Inputs(
+            config[families.of_dir(m.export_dir).decoder_heads],
+            config["d_model"],
+            capture_feeds(m.export_dir, calibration, max_new_tokens=p["quant"]["calibration_tokens"]),
+            {"sentences": calibration, "tokens": p["quant"]["calibration_tokens"]},
+            shortlist,
+        )
+    built = registry.build(m.export_dir, m.out / "variants", inputs, names, log=m.log)
+    return {"built": list(built.manifests), "failed": built.failed, "reused": built.reused}
+
+
+def gates(m: Migration) -> dict[str, Any]:
+    """Both gates of every built variant; unless --only-fp32, at least one variant besides fp32 must pass both."""
+    from mtonnx.measure.variants import compare, write_translations
+
+    bench, q = _bench(m), m.params["quant"]
+    translated = {name: bench.translate(m.out / "variants" / name) for name in m.results["variants"]["built"]}
+    quality = compare(translated, bench.references, q["gate_bleu"], q["fidelity_min"])
+    write_translations(m.out / "variants", bench.sources, bench.references, translated)
+    others = {n: r for n, r in quality["rows"].items() if n != "fp32"}
+    if others and not any(r["gate"] == r["fidelity_gate"] == "pass" for r in others.values()):
+        raise MigrationFailed(_nearest(others, q))
+    return {"quality": quality}
+
+
+def _nearest(rows: dict[str, dict[str, Any]], quant: dict[str, Any]) -> str:
+    """The gate failure of the variant nearest to passing, with its number and the threshold."""
+    name, row = max(rows.items(), key=lambda kv: (kv[1]["gate"] == "pass", kv[1]["fidelity"]["same_as_fp32"]))
+    if row["gate"] != "pass":
+        return (
+            f"gates: no variant besides fp32 passes both gates; the nearest, {name}, is {row['gate']} on the quality "
+            "gate: BLEU "
+            f"delta {row['bleu_delta']:+.2f}, 95 % CI [{row['bleu_delta_ci'][0]:+.2f}, "
+            f"{row['bleu_delta_ci'][1]:+.2f}], against -quant.gate_bleu {-quant['gate_bleu']:g}"
+        )
+    same, (low, high) = row["fidelity"]["same_as_fp32"], row["fidelity"]["same_as_fp32_ci"]
+    return (
+        f"gates: no variant besides fp32 passes both gates; the nearest, {name}, is {row['fidelity_gate']} on the "
+        "fidelity gate: "
+        f"{same:.1%} of sentences identical to fp32, 95 % CI [{low:.1%}, {high:.1%}], against quant.fidelity_min "
+        f"{quant['fidelity_min']:.0%}"
+    )
+
+
+def objective(m: Migration) -> dict[str, Any]:
+    """The candidates timed on the objective beside PyTorch fp32 and CTranslate2 int8, and the recommendation."""
+    from mtonnx.check.parity import finite_outputs
+    from mtonnx.measure import peers, verdicts
+    from mtonnx.measure.variants import candidates, table
+
+    bench, p = _bench(m), m.params
+    gated = m.results["gates"]["quality"]["rows"]
+    chosen = candidates(gated)
+    contenders = {name: bench.runtime(m.out / "variants" / name) for name in chosen}
+    contenders.update(
+        peers.contenders(
+            m.results["load"]["dir"],
+            m.out,
+            m.export_dir,
+            p["generation"]["max_new_tokens"],
+            p["model"]["source_prefix"],
+            p["runtime"]["threads"],
+        )
+    )
+    speed = bench.speed(contenders)
+    footprints = {n: bench.footprint(m.out / "variants" / n, rss=n in chosen) for n in gated}
+    finite = {n: finite_outputs(m.out / "variants" / n, bench.sources[:4]) for n in gated}
+    rows = table(gated, speed, footprints, finite)
+    recommended, reason = verdicts.recommend(rows, margin=p["quant"]["speed_margin"], objective=bench.objective)
+    return {"rows": rows, "speed": speed, "recommended": recommended, "reason": reason, "objective": bench.objective}
+
+
+def deploy(m: Migration) -> dict[str, Any]:
+    """deploy/: the recommended variant's files and its model card."""
+    from mtonnx import data
+    from mtonnx.report import deploy as deploying
+    from mtonnx.runtime import Translator
+
+    o, recommended = m.results["objective"], m.results["objective"]["recommended"]
+    described = (
+        f"{m.eval_file}, {len(m.pairs)} sentence pairs (yours)" if m.eval_file else data.describe(m.params["data"])
+    )
+    facts = deploying.facts(
+        model=m.results["load"]["name"],
+        family=m.results["load"]["family"],
+        variant=recommended,
+        rows=o["rows"],
+        speed=o["speed"],
+        quality=m.results["gates"]["quality"],
+        quant=m.params["quant"],
+        objective=o["objective"],
+        reason=o["reason"],
+        data=described,
+        layout_name=Translator(m.out / "variants" / recommended).layout,
+        run=str(m.out),
+    )
+    deployed = deploying.publish(m.out, m.out / "variants" / recommended, facts)
+    return {"dir": str(deployed), "variant": recommended, "layout": facts["layout"]}
+
+
+def report(m: Migration) -> dict[str, Any]:
+    """metrics.json (the lab's keys, with the run's fingerprint: what `mtonnx compare` reads), env.json, the card
+    stamped with the fingerprint, and report.html (the lab report's first screen)."""
+    import os
+
+    from mtonnx.foundation import envinfo
+    from mtonnx.report import deploy as deploying
+    from mtonnx.report.fingerprint import SECTION, fingerprint
+    from mtonnx.report.index import write_index
+    from mtonnx.report.record import merge_metrics, record
+
+    o = m.results["objective"]
+    env = envinfo.collect({**m.params, "model": {**m.params["model"], "name": m.results["load"]["name"]}})
+    write_json(m.out / "env.json", env)
+    record(m.out, "runtime", {"parity": m.results["tokens"]})
+    record(m.out, "manual_export", {"parity_pass": True, "max_abs_diff_worst": m.results["parity"]["max_abs_diff"]})
+    record(
+        m.out,
+        "quant",
+        {
+            **o["rows"],
+            "failed": m.results["variants"]["failed"],
+            "recommended": o["recommended"],
+            "recommended_reason": o["reason"],
+            "objective": o["objective"],
+            "sentences": m.results["gates"]["quality"]["sentences"],
+        },
+    )
+    record(
+        m.out, "deploy", {"variant": o["recommended"], "dir": layout.DEPLOY, "layout": m.results["deploy"]["layout"]}
+    )
+    identity = fingerprint(m.out, merge_metrics(m.out))
+    record(m.out, SECTION, identity)
+    merge_metrics(m.out)
+    deploying.stamp(m.out, identity["fingerprint"], env)
+    os.replace(write_index(m.out, [], env, "ok"), m.out / "report.html")
+    return {"fingerprint": identity["fingerprint"]}
+
+
+STEP_FUNCTIONS: dict[str, Callable[[Migration], dict[str, Any]]] = {
+    "export": export,
+    "parity": parity,
+    "tokens": tokens,
+    "variants": variants,
+    "gates": gates,
+    "objective": objective,
+    "deploy": deploy,
+    "report": report,
+}

@@ -1,0 +1,149 @@
+"""`outputs/<run>/deploy/`: the one directory a deployer takes, the recommended variant with all the runtime needs,
+and its `model_card.md`, written from the run's own measurements.
+
+`publish` (notebook 06) links the recommended variant's files into deploy/ (hard links: the bytes are stored once;
+a mapped weights file is copied, since the onnx library refuses external data with several links)
+and writes the card: model, recipe, both gates with their CIs, the objective's speed against fp32 and CTranslate2,
+why it was chosen. `stamp` (the runner, once the run is complete) adds the run's fingerprint and git commit, which
+exist only then. `translate`, `serve` and `batch` take `--run outputs/<run>` and load deploy/.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mtonnx.foundation.files import link_or_copy, staged_dir, write_atomic
+from mtonnx.runtime import layout
+
+STAMP = re.compile(r"^- Run: .*$", re.M)  # the card's line `stamp` fills in
+FACTS = "deploy.json"  # beside the card: what it was written from, for `stamp` and for tools
+
+
+def facts(
+    *,
+    model: str,
+    family: str,
+    variant: str,
+    rows: dict[str, dict[str, Any]],
+    speed: dict[str, dict[str, Any]],
+    quality: dict[str, Any],
+    quant: dict[str, Any],
+    objective: str,
+    reason: str,
+    data: str,
+    layout_name: str,
+    run: str,
+) -> dict[str, Any]:
+    """What the model card is written from, read off a run's measurements (notebook 06 and `mtonnx migrate` call
+    this with the same numbers): the variant's row, both gates' settings, the objective against fp32 and the peers."""
+    from mtonnx.measure.timing import paired_ratio
+    from mtonnx.variants import registry
+
+    row = rows[variant]
+    fp32 = speed.get("fp32", {}).get("times_ms_workload")
+    return {
+        "model": model,
+        "family": family,
+        "variant": variant,
+        "recipe": registry.BY_NAME[variant].about if variant in registry.BY_NAME else variant,
+        "row": row,
+        "fp32_bleu": rows["fp32"]["bleu"],
+        "sentences": quality["sentences"],
+        "gate_bleu": quant["gate_bleu"],
+        "fidelity_min": quant["fidelity_min"],
+        "data": data,
+        "objective": objective,
+        "repeats": quant["speed_repeats"],
+        "vs_fp32": (paired_ratio(fp32, speed[variant]["times_ms_workload"]) or {}).get("median") if fp32 else None,
+        "vs_peers": {f"vs {p}": row.get(f"vs_{p}") for p in ("pytorch-fp32", "ct2-int8")},
+        "reason": reason,
+        "layout": layout_name,
+        "run": run,
+    }
+
+
+def publish(run_dir: str | Path, variant_dir: str | Path, facts: dict[str, Any]) -> Path:
+    """Replace run_dir/deploy with the files of `variant_dir` and a model card written from `facts` (`card`'s
+    keys); returns the deploy directory."""
+    target = Path(run_dir) / layout.DEPLOY
+    with staged_dir(target) as tmp:
+        for path in sorted(Path(variant_dir).iterdir()):
+            if path.name == layout.WEIGHTS:  # onnx refuses external data with several hard links: copied
+                shutil.copy2(path, tmp / path.name)
+            elif path.is_file():
+                link_or_copy(path, tmp / path.name)
+        (tmp / FACTS).write_text(json.dumps(facts, ensure_ascii=False, indent=2, default=str) + "\n", "utf-8")
+        (tmp / layout.MODEL_CARD).write_text(card(facts), encoding="utf-8")
+    return target
+
+
+def stamp(run_dir: str | Path, fingerprint: str, env: dict[str, Any]) -> None:
+    """Fill in the card's run line: the fingerprint, the git commit, the params hash, the machine (no-op without a
+    deploy directory)."""
+    path = Path(run_dir) / layout.DEPLOY / layout.MODEL_CARD
+    if not path.is_file():
+        return
+    git, cpu = env.get("git", {}), env.get("cpu", {})
+    dirty = " (uncommitted changes)" if git.get("dirty") else ""
+    line = (
+        f"- Run: fingerprint `{fingerprint}`, git `{git.get('sha') or 'unknown'}`{dirty}, params hash "
+        f"`{env.get('params_hash')}`, {cpu.get('model', '?')} ({cpu.get('usable_cores', '?')} cores), "
+        f"onnxruntime {env.get('packages', {}).get('onnxruntime')}"
+    )
+    write_atomic(path, STAMP.sub(line, path.read_text(encoding="utf-8"), count=1))
+
+
+def card(facts: dict[str, Any]) -> str:
+    """The model card: every number in it comes from `facts`, the run's own measurements."""
+    row, fidelity = facts["row"], facts["row"]["fidelity"]
+    peers = ", ".join(
+        f"{ratio}x {peer}"
+        for peer, ratio in (("fp32", facts.get("vs_fp32")), *facts.get("vs_peers", {}).items())
+        if ratio is not None
+    )
+    lines = [
+        f"# {facts['model']}: {facts['variant']}",
+        "",
+        f"The variant `mtonnx run` recommended for {facts['model']} ({facts['family']}), built by the recipe "
+        f"`{facts['variant']}`: {facts['recipe']}.",
+        "",
+        "## Gates",
+        "",
+        f"- Quality (against the references, {facts['sentences']} sentences, sacrebleu's paired bootstrap): "
+        f"**{row['gate']}**; BLEU {row['bleu']} (fp32 {facts['fp32_bleu']}), delta {row['bleu_delta']:+.2f}, "
+        f"95 % CI [{row['bleu_delta_ci'][0]:+.2f}, {row['bleu_delta_ci'][1]:+.2f}], margin {facts['gate_bleu']}.",
+        f"- Fidelity (against fp32's own translations of the same sentences): **{row['fidelity_gate']}**; "
+        f"{fidelity['same_as_fp32']:.1%} identical, 95 % CI [{fidelity['same_as_fp32_ci'][0]:.1%}, "
+        f"{fidelity['same_as_fp32_ci'][1]:.1%}], minimum {facts['fidelity_min']:.0%}; chrF against fp32's output "
+        f"{fidelity['chrf_vs_fp32']}.",
+        f"- Evaluation data: {facts['data']}.",
+        "",
+        "## Speed",
+        "",
+        f"- Objective `{facts['objective']}`: {row['workload_ms']} ms for the workload, "
+        f"{facts['repeats']} paired repetitions" + (f"; {peers} (paired medians)" if peers else "") + ".",
+        f"- Size: {row['size_mb']} MB; resident memory after load {row.get('rss_mb', '?')} MB.",
+        "",
+        "## Why this variant",
+        "",
+        facts["reason"],
+        "",
+        "## Provenance",
+        "",
+        "- Run: written when the run completes",
+        f"- Layout the runtime loads: `{facts['layout']}`",
+        "",
+        "## Use",
+        "",
+        "```bash",
+        f"mtonnx translate --run {facts['run']} -i in.txt -o out.txt",
+        f"mtonnx serve --run {facts['run']}",
+        f"mtonnx doctor --model-dir {facts['run']}/{layout.DEPLOY}",
+        "```",
+        "",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,204 @@
+"""The documentation site's generated parts, and the reference run it publishes.
+
+Pages hold markers (`<!-- generated: params -->`) that `render` replaces when the site is built (mkdocs' hook,
+docs/hooks.py), so nothing generated is ever typed into a page and nothing can drift:
+- `params`: the params reference, from the schema (mtonnx.params.SCHEMA): every key, its type, default, range, doc;
+- `results`: the reference run's variant table with both gates, the peer table and memory, stamped with the commit,
+  date, CPU and thread count of the run that measured them;
+- `pitfalls`: what the reference run reproduced and what doctor found on its exports.
+
+`refresh` copies what the site needs from a run directory into docs/reference/ (executed notebooks with their
+outputs, figures, metrics.json, env.json, the report and its screenshot; never an ONNX file), refusing more than
+REFERENCE_LIMIT_MB. `stale` says how the committed reference run no longer matches the code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mtonnx.foundation.files import staged_dir
+
+REFERENCE_LIMIT_MB = 10.0
+MARKER = re.compile(r"<!-- generated: (\w+) -->")
+COPIED = ("metrics.json", "env.json", "index.html", "report.png")
+
+
+def params_reference() -> str:
+    """Every params key as a table per section, from the schema itself."""
+    from mtonnx.params import SCHEMA, Field
+
+    def rows(schema: dict[str, Any], prefix: str = "") -> list[str]:
+        out = []
+        for key, spec in schema.items():
+            if isinstance(spec, Field):
+                kind = spec.type.__name__ if isinstance(spec.type, type) else " or ".join(t.__name__ for t in spec.type)
+                if spec.items is not None:
+                    kind = f"list of {spec.items.__name__}"
+                bounds = ", ".join(
+                    part
+                    for part in (
+                        f"{spec.lo}..{spec.hi if spec.hi is not None else ''}" if spec.lo is not None else "",
+                        "one of " + ", ".join(map(str, spec.choices)) if spec.choices else "",
+                        "or " + ", ".join(spec.keywords) if spec.keywords else "",
+                    )
+                    if part
+                )
+                default = json.dumps(spec.default, ensure_ascii=False)
+                out.append(f"| `{prefix}{key}` | {kind} | `{default}` | {bounds} | {spec.doc} |")
+        return out
+
+    parts = ["| key | type | default | allowed | what it does |", "| --- | --- | --- | --- | --- |", *rows(SCHEMA)]
+    for section, spec in SCHEMA.items():
+        if isinstance(spec, dict):
+            parts += ["", f"### `{section}`", "", "| key | type | default | allowed | what it does |"]
+            parts += ["| --- | --- | --- | --- | --- |", *rows(spec, f"{section}.")]
+    return "\n".join(parts)
+
+
+def _stamp(env: dict[str, Any]) -> str:
+    cpu, git = env.get("cpu", {}), env.get("git", {})
+    threads = env.get("params", {}).get("runtime", {}).get("threads")
+    return (
+        f"Measured by the reference run of commit `{(git.get('sha') or 'unknown')[:12]}` on {env.get('started')}: "
+        f"{cpu.get('model')} ({cpu.get('usable_cores')} cores), {threads} ONNX Runtime thread(s), onnxruntime "
+        f"{env.get('packages', {}).get('onnxruntime')}, params `{env.get('params', {}).get('name')}` "
+        f"({env.get('params_hash')})."
+    )
+
+
+def results(reference: str | Path) -> str:
+    """The reference run's variants with both gates, the deployed runtime against its peers, and memory."""
+    reference = Path(reference)
+    metrics = json.loads((reference / "metrics.json").read_text(encoding="utf-8"))
+    env = json.loads((reference / "env.json").read_text(encoding="utf-8"))
+    quant, bench = metrics.get("quant", {}), metrics.get("bench", {})
+    out = [_stamp(env), "", f"Objective: `{quant.get('objective')}`. Recommended: **{quant.get('recommended')}**.", ""]
+    out += [
+        "| variant | MB | objective ms | vs PyTorch fp32 | vs CT2 int8 | BLEU Δ (95 % CI) | quality | identical to "
+        "fp32 (95 % CI) | fidelity |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, row in quant.items():
+        if not (isinstance(row, dict) and "fidelity" in row):
+            continue
+        f, ci = row["fidelity"], row["bleu_delta_ci"]
+        star = " ★" if name == quant.get("recommended") else ""
+        speed = " | ".join(str(row.get(k, "-")) for k in ("workload_ms", "vs_pytorch-fp32", "vs_ct2-int8"))
+        out.append(
+            f"| {name}{star} | {row.get('size_mb')} | {speed} | "
+            f"{row['bleu_delta']:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}] | {row['gate']} | "
+            f"{f['same_as_fp32']:.1%} [{f['same_as_fp32_ci'][0]:.1%}, {f['same_as_fp32_ci'][1]:.1%}] | "
+            f"{row['fidelity_gate']} |"
+        )
+    paired, targets = bench.get("ratio_per_repetition", {}), bench.get("targets", {})
+    if bench.get("ratio"):
+        out += ["", "The deployed runtime against its peers, at forced lengths (ratio of medians, paired spread):", ""]
+        out += ["| ratio | measured | per repetition | target |", "| --- | --- | --- | --- |"]
+        for key, value in bench["ratio"].items():
+            if value is not None:
+                spread = paired.get(key) or {}
+                span = f"{spread.get('min')}–{spread.get('max')}" if spread else "-"
+                out.append(f"| `{key}` | {value} | {span} | {targets.get(key, '')} |")
+    if bench.get("rss_mb"):
+        out += ["", "Resident memory (MB) of a fresh process, after load and after one generation:", ""]
+        out += ["| engine | after load | after a generation |", "| --- | --- | --- |"]
+        for engine, mb in bench["rss_mb"].items():
+            out.append(f"| {engine} | {mb} | {bench.get('rss_after_run_mb', {}).get(engine)} |")
+    footprint = metrics.get("run", {}).get("footprint")
+    if footprint:
+        held = f"{footprint['disk_mb']} MB, {footprint['disk_vs_export']} times its fp32 export"
+        out += ["", f"The run's directory holds {held}."]
+    return "\n".join(out)
+
+
+def pitfalls(reference: str | Path) -> str:
+    """What the reference run reproduced of each pitfall, and doctor's failures and warnings per export."""
+    metrics = json.loads((Path(reference) / "metrics.json").read_text(encoding="utf-8"))
+    each = metrics.get("pitfalls", {}).get("each", {})
+    out = ["| pitfall | reproduced by the reference run |", "| --- | --- |"]
+    out += [f"| {name} | {'yes' if done else 'no'} |" for name, done in each.items()]
+    doctor = metrics.get("doctor", {})
+    if doctor:
+        out += ["", "| export | doctor's failures | warnings |", "| --- | --- | --- |"]
+        out += [f"| {name} | {d.get('failures')} | {d.get('warnings')} |" for name, d in doctor.items()]
+    return "\n".join(out)
+
+
+def render(markdown: str, reference: str | Path) -> str:
+    """A page with each marker replaced by what it names (an unknown marker is a ValueError: a strict build fails)."""
+    makers = {
+        "params": params_reference,
+        "results": lambda: results(reference),
+        "pitfalls": lambda: pitfalls(reference),
+    }
+
+    def replace(match: re.Match) -> str:
+        if match.group(1) not in makers:
+            raise ValueError(f"unknown generated block {match.group(1)!r}; known: {', '.join(makers)}")
+        return f"{match.group(0)}\n\n{makers[match.group(1)]()}\n"
+
+    return MARKER.sub(replace, markdown)
+
+
+def refresh(run_dir: str | Path, reference: str | Path, limit_mb: float = REFERENCE_LIMIT_MB) -> dict[str, Any]:
+    """Replace `reference` with what the site needs from `run_dir` (a complete run): its executed notebooks, figures,
+    metrics, env, report and screenshot; ValueError when that is over `limit_mb` or the run is incomplete."""
+    run_dir = Path(run_dir)
+    missing = [name for name in ("metrics.json", "env.json", "notebooks") if not (run_dir / name).exists()]
+    if missing:
+        raise ValueError(f"{run_dir} is not a complete run: it has no {', '.join(missing)} (run make report first)")
+    with staged_dir(reference) as tmp:
+        (tmp / "notebooks").mkdir()
+        for notebook in sorted((run_dir / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+            shutil.copy2(notebook, tmp / "notebooks" / notebook.name)
+        if (run_dir / "figures").is_dir():
+            shutil.copytree(run_dir / "figures", tmp / "figures")
+        for name in COPIED:
+            if (run_dir / name).is_file():
+                shutil.copy2(run_dir / name, tmp / name)
+        size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 2**20
+        if size > limit_mb:
+            raise ValueError(f"the reference run would hold {size:.1f} MB, over the {limit_mb} MB it may take")
+    return {"mb": round(size, 2), "notebooks": sorted(p.name for p in (Path(reference) / "notebooks").iterdir())}
+
+
+def stale(reference: str | Path, notebooks: str | Path, params_hash: str) -> list[str]:
+    """How the reference run no longer matches the code: notebooks in one but not the other, another params hash."""
+    reference = Path(reference)
+    have = {p.name for p in (reference / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    want = {p.name for p in Path(notebooks).glob("[0-9][0-9]_*.ipynb")}
+    env = json.loads((reference / "env.json").read_text(encoding="utf-8")) if (reference / "env.json").is_file() else {}
+    problems = [f"{name} is in notebooks/ but not in the reference run" for name in sorted(want - have)]
+    problems += [f"{name} is in the reference run but not in notebooks/" for name in sorted(have - want)]
+    if env.get("params_hash") != params_hash:
+        problems.append(
+            f"the reference run's params hash {env.get('params_hash')} is not params/default.yaml's {params_hash}"
+        )
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mtonnx.report.docs refresh RUN_DIR REFERENCE_DIR`: what `make docs-refresh` calls."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m mtonnx.report.docs")
+    parser.add_argument("command", choices=("refresh",))
+    parser.add_argument("run_dir")
+    parser.add_argument("reference")
+    args = parser.parse_args(argv)
+    try:
+        done = refresh(args.run_dir, args.reference)
+    except ValueError as err:
+        print(f"mtonnx: error: {err}", file=sys.stderr)
+        return 2
+    print(f"reference run: {args.reference} ({done['mb']} MB, {len(done['notebooks'])} notebooks)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
