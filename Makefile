@@ -11,7 +11,7 @@ endif
 STAMP := $(ENV_DIR)/.mtonnx-installed
 PARAMS ?= params/default.yaml
 
-.PHONY: install report test lint lab model clean distclean
+.PHONY: install report test lint lab model docs docs-refresh clean distclean
 
 install: $(STAMP)
 
@@ -28,8 +28,8 @@ test: $(STAMP)
 	$(PYTHON) -m pytest -q
 
 lint: $(STAMP)
-	$(PYTHON) -m ruff check src tests notebooks
-	$(PYTHON) -m ruff format --check src tests notebooks
+	$(PYTHON) -m ruff check src tests notebooks docs/hooks.py
+	$(PYTHON) -m ruff format --check src tests notebooks docs/hooks.py
 	$(ENV_DIR)/bin/lint-imports  # the layers, no cycles, a torch-free runtime: [tool.importlinter] in pyproject.toml
 
 model: $(STAMP)
@@ -38,8 +38,17 @@ model: $(STAMP)
 lab: $(STAMP)
 	$(PYTHON) -m jupyter lab notebooks/
 
+# The documentation site, offline and strict (a broken link or a page missing from the navigation fails it): site/.
+docs: $(STAMP)
+	$(PYTHON) -m mkdocs build --strict
+
+# The site's reference run: the default params run, then published into docs/reference/ (notebooks, figures, metrics).
+docs-refresh: $(STAMP)
+	$(PYTHON) -m mtonnx run --params params/default.yaml
+	$(PYTHON) -m mtonnx.report.docs refresh outputs/default docs/reference
+
 clean:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
 
 distclean: clean
-	rm -rf .venv src/*.egg-info
+	rm -rf .venv src/*.egg-info site

@@ -10,6 +10,7 @@ import nbformat
 import pytest
 
 from conftest import REPO, cli_env, mtonnx_cmd, needs_browser, run_cli
+from mtonnx.report import schema
 from mtonnx.report.record import flatten
 from mtonnx.runtime import layout
 
@@ -125,6 +126,14 @@ def test_metrics_env_and_index(ci_run):
         "figures/inspect_parameters.png" in index and (out / "figures" / "inspect_parameters.png").stat().st_size > 5000
     )
     assert "CC-BY-SA-4.0" in index
+
+
+def test_every_recorded_metric_is_declared(ci_run):
+    """Each key the notebooks recorded has a kind, unit and direction in report.schema; the runner says so too."""
+    out, done = ci_run
+    metrics = flatten(json.loads((out / "metrics.json").read_text()))
+    assert schema.undeclared(metrics) == []
+    assert "not declared in mtonnx/report/schema.py" not in done.stderr
 
 
 def test_the_eight_graphs_are_rendered(ci_run):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -98,15 +99,16 @@ def test_a_tied_lm_head_is_refused(dynamo_export):
         restrict(model, [0, 1, 2])
 
 
-def test_restriction_sizes_keep_the_target_rows_and_as_many_more_as_asked(variants, tmp_path):
+def test_restriction_sizes_keep_the_target_rows_and_as_many_more_as_asked(variants, dynamo_export):
     full, _ = variants
     target, vocab = target_rows(full), Translator(full).tokenizer.vocab_size
     small, large = len(target) + 5, vocab - 3
     tokens = Translator(full).tokenizer.encode("Hello.")
-    swept = restriction.sizes(full, [1, small, large, vocab + 10], tmp_path, [tokens], 3, [(1, 1), (2, 4)], 0, 1)
+    where = Path(full).parent  # the registry's variants directory: the probes are built beside int8-tuned
+    swept = restriction.sizes(dynamo_export, [1, small, large, vocab + 10], where, [tokens], 3, [(1, 1), (2, 4)], 0, 1)
     assert [r["rows"] for r in swept] == [large, small]  # only sizes between the target rows and the vocabulary
     for r in swept:
-        kept = json.loads((tmp_path / f"rows-{r['rows']}" / layout.OUTPUT_ROWS).read_text())
+        kept = json.loads((where / f"int8-tuned-rows-{r['rows']}" / layout.OUTPUT_ROWS).read_text())
         assert len(kept) == r["rows"] and set(target) <= set(kept)
         assert [(s["batch"], s["beams"]) for s in r["speed"]] == [(1, 1), (2, 4)]
     assert swept[0]["step_mb"] > swept[1]["step_mb"]

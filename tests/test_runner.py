@@ -11,17 +11,18 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import REPO, cli_env, mtonnx_cmd, run_cli
-from mtonnx.report import runner
+from mtonnx.report import prerequisites, runner
 
 PARAMS = '# parameters\nparams_path = ""\nrun_dir = ""\nmodels_dir = ""'
 
 
-def write_notebook(path: Path, *sources: str) -> None:
+def write_notebook(path: Path, *sources: str, needs: tuple[str, ...] = (), records: tuple[str, ...] = ()) -> None:
     cells = [new_code_cell(PARAMS, metadata={"tags": ["parameters"]})] + [new_code_cell(s) for s in sources]
-    notebook = new_notebook(
-        cells=cells, metadata={"kernelspec": {"name": "mtonnx", "display_name": "mtonnx", "language": "python"}}
-    )
-    nbformat.write(notebook, path)
+    metadata = {
+        "kernelspec": {"name": "mtonnx", "display_name": "mtonnx", "language": "python"},
+        "mtonnx": {"needs": list(needs), "records": list(records)},
+    }
+    nbformat.write(new_notebook(cells=cells, metadata=metadata), path)
 
 
 @pytest.fixture
@@ -98,3 +99,65 @@ def test_only_selects_notebooks_by_number(notebooks):
 def test_missing_kernel_names_the_fix():
     with pytest.raises(runner.RunFailed, match="kernel 'no-such-kernel' is not registered: run `make install`"):
         runner.check_kernel("no-such-kernel")
+
+
+def record_cell(section: str, *reads: str) -> str:
+    """A cell that fails unless the sections `reads` were recorded before it, then records `section`."""
+    checks = "".join(f"assert report.recorded(run_dir, {r!r}), 'ran on nothing: {r} missing'\n" for r in reads)
+    return f"from mtonnx import report\n{checks}report.record(run_dir, {section!r}, {{'ran': True}})"
+
+
+@pytest.fixture
+def course(tmp_path) -> Path:
+    """Three lessons: 02 reads what 01 recorded, 03 what 02 recorded."""
+    folder = tmp_path / "course"
+    folder.mkdir()
+    write_notebook(folder / "01_first.ipynb", record_cell("first"), records=("first",))
+    write_notebook(folder / "02_second.ipynb", record_cell("second", "first"), needs=("01",), records=("second",))
+    write_notebook(folder / "03_third.ipynb", record_cell("third", "second"), needs=("02",), records=("third",))
+    return folder
+
+
+def test_plan_adds_the_prerequisites_that_have_not_run_and_theirs(course, tmp_path):
+    found = runner.select_notebooks(course)
+    first, second, third = found
+    assert prerequisites.plan([third], found, tmp_path / "fresh") == ([first, second, third], [first, second])
+    ran = tmp_path / "ran"
+    (ran / "metrics").mkdir(parents=True)
+    (ran / "metrics" / "first.json").write_text("{}")
+    assert prerequisites.plan([third], found, ran) == ([second, third], [second])  # 01 ran there: met
+    assert prerequisites.plan([first, third], found, tmp_path / "fresh")[1] == [second]  # 01 runs first anyway
+
+
+def test_a_need_that_no_earlier_notebook_meets_is_one_line(course):
+    write_notebook(course / "04_fourth.ipynb", "x = 1", needs=("05",), records=("fourth",))
+    write_notebook(course / "05_fifth.ipynb", "x = 1", records=("fifth",))
+    with pytest.raises(prerequisites.PrerequisiteError, match="04_fourth.ipynb needs notebook 05, which does not"):
+        prerequisites.plan(runner.select_notebooks(course, ["04"]), runner.select_notebooks(course), "nowhere")
+    write_notebook(course / "04_fourth.ipynb", "x = 1", needs=("09",), records=("fourth",))
+    with pytest.raises(prerequisites.PrerequisiteError, match="needs notebook 09, which is not among"):
+        prerequisites.plan(runner.select_notebooks(course, ["04"]), runner.select_notebooks(course), "nowhere")
+
+
+def test_only_a_later_lesson_on_a_fresh_run_runs_its_prerequisites_first_and_says_so(course, tmp_path, models_dir):
+    out = tmp_path / "run"
+
+    def only(numbers: str) -> subprocess.CompletedProcess:
+        args = ("run", "--params", str(REPO / "params" / "ci.yaml"), "--out", str(out), "--notebooks", str(course))
+        return subprocess.run(
+            mtonnx_cmd(*args, "--only", numbers),
+            capture_output=True,
+            text=True,
+            env=cli_env(models_dir),
+            cwd=tmp_path,
+            timeout=300,
+        )
+
+    done = only("03")
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if "needed first" in line]
+    assert said == [f"not yet run in {out}, needed first: 01_first.ipynb, 02_second.ipynb"]
+    assert "[3/3] 03_third.ipynb ok" in done.stderr
+    assert set(json.loads((out / "metrics.json").read_text())) >= {"first", "second", "third"}
+    again = only("03")  # its prerequisites ran in this directory: only 03 runs
+    assert again.returncode == 0 and "needed first" not in again.stderr and "[1/1] 03_third.ipynb ok" in again.stderr

@@ -74,7 +74,9 @@ def build_parser() -> Parser:
         default=16,
         help="sentences per model call (1..256; memory grows with it)",
     )
-    translate.add_argument("--source-prefix", default="", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh")
+    translate.add_argument(
+        "--source-prefix", help="e.g. '>>cmn_Hans<<' for opus-mt-en-zh (default: a deploy/ directory's own, else none)"
+    )
     translate.add_argument("--decoder", default="auto", choices=("auto", *PUBLIC))
     translate.add_argument(
         "--threads",
@@ -328,7 +330,7 @@ def _translate(args: argparse.Namespace) -> int:
     from mtonnx.foundation.files import write_atomic
     from mtonnx.runtime import ModelDirError, SessionSettings, Translator
     from mtonnx.runtime.textio import InputError, read_text, split_lines
-    from mtonnx.runtime.translator import max_positions, model_dir_of
+    from mtonnx.runtime.translator import deployed_prefix, max_positions, model_dir_of
 
     def fail(message: str) -> int:
         print(f"mtonnx: error: {message}", file=sys.stderr)
@@ -339,6 +341,8 @@ def _translate(args: argparse.Namespace) -> int:
         return fail(problem)
     try:
         args.model_dir = model_dir_of(args.model_dir, args.run)
+        if args.source_prefix is None:
+            args.source_prefix = deployed_prefix(args.model_dir)
     except ModelDirError as err:
         return fail(str(err))
     options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}

@@ -202,10 +202,14 @@ SCHEMA: dict[str, Any] = {
         "threads_per_worker": Field(int, 1, "CPUs and ONNX Runtime threads per actor", lo=1, hi=64),
         "batch_size": Field(int, 32, "sentences per model call, length-sorted within a block", lo=1, hi=256),
         "corpus_lines": Field(
-            int, 6000, "notebook 12: lines of the corpus built from the eval and train data", lo=1, hi=1_000_000
+            int,
+            2400,
+            "notebook 12: lines of the corpus built from the eval and train data (params/scale-study.yaml: more)",
+            lo=1,
+            hi=1_000_000,
         ),
         "repeats": Field(
-            int, 5, "notebook 12: rounds of the 1- and 2-worker runs, alternated (medians, paired speedup)", lo=1, hi=20
+            int, 3, "notebook 12: rounds of the 1- and 2-worker runs, alternated (medians, paired speedup)", lo=1, hi=20
         ),
     },
     "compare": {

@@ -398,6 +398,7 @@ def deploy(m: Migration) -> dict[str, Any]:
         data=described,
         layout_name=Translator(m.out / "variants" / recommended).layout,
         run=str(m.out),
+        source_prefix=m.params["model"]["source_prefix"],
     )
     deployed = deploying.publish(m.out, m.out / "variants" / recommended, facts)
     return {"dir": str(deployed), "variant": recommended, "layout": facts["layout"]}

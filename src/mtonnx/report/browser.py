@@ -1,8 +1,10 @@
 """A report page as a reviewer's browser shows it: Debian's Chromium, driven by Playwright, at 1400 x 900.
 
 `inspect_page` opens an HTML file and returns what a reviewer would trip over: images that did not load, local
-links to files that do not exist, and where the named elements sit (are they inside the first screen?); it also
-saves a screenshot of the first screen (the runner saves `report.png` next to index.html). It runs in a
+links to files that do not exist, where the named elements sit (are they inside the first screen?), and how its
+Chinese is drawn: how many CJK characters the page's text holds and the fonts Chromium actually drew the first of
+them with (a missing CJK font draws boxes, in a font that holds no CJK glyphs). It also saves a screenshot of the
+first screen (the runner saves `report.png` next to index.html). It runs in a
 subprocess, as notebook 04's netron renders do (report.graphview): Playwright's sync API cannot run inside an
 event loop, and the subprocess's whole session is killed when it ends, so no Chromium outlives it. Only file://
 requests are served; any other request is aborted.
@@ -26,7 +28,16 @@ PROBE = """(ids) => ({
   boxes: Object.fromEntries(ids.map(id => { const e = document.getElementById(id);
     if (!e) return [id, null]; const r = e.getBoundingClientRect();
     return [id, {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY, height: r.height}]; })),
+  cjk: (document.body.innerText.match(/[\u3400-\u9fff]/g) || []).length,
 })"""
+CJK_MARK = "data-mtonnx-cjk"
+# Marks the element holding the first visible CJK text, so the fonts drawing it can be asked for (CSS domain).
+MARK_CJK = """(mark) => { const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const e = n.parentElement;
+    if (/[\u3400-\u9fff]/.test(n.nodeValue) && e.getClientRects().length) { e.setAttribute(mark, ""); return true; }
+  }
+  return false; }"""
 
 
 def inspect_page(
@@ -77,6 +88,7 @@ def _inspect_here(html: Path, chromium: str, ids: list[str], screenshot: str | N
         )
         page.goto(html.as_uri(), wait_until="load")
         found = page.evaluate(PROBE, ids)
+        found["cjk_fonts"] = _cjk_fonts(page) if page.evaluate(MARK_CJK, CJK_MARK) else []
         if screenshot:
             page.screenshot(path=screenshot, full_page=False)
         browser.close()
@@ -86,8 +98,21 @@ def _inspect_here(html: Path, chromium: str, ids: list[str], screenshot: str | N
         "broken_links": sorted({link for link in local if link and not (html.parent / link).exists()}),
         "boxes": found["boxes"],
         "first_screen": {id_: bool(box) and box["bottom"] <= VIEWPORT["height"] for id_, box in found["boxes"].items()},
+        "cjk_characters": found["cjk"],
+        "cjk_fonts": found["cjk_fonts"],
         "screenshot": screenshot,
     }
+
+
+def _cjk_fonts(page) -> list[str]:
+    """The font families Chromium drew the marked element's text with (DevTools' CSS.getPlatformFontsForNode): what
+    the screen shows, where document.fonts.check() answers true for any font it has no face of."""
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("DOM.enable")
+    cdp.send("CSS.enable")
+    root = cdp.send("DOM.getDocument")["root"]["nodeId"]
+    node = cdp.send("DOM.querySelector", {"nodeId": root, "selector": f"[{CJK_MARK}]"})["nodeId"]
+    return [font["familyName"] for font in cdp.send("CSS.getPlatformFontsForNode", {"nodeId": node})["fonts"]]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,9 +1,10 @@
 """`mtonnx compare RUN_A RUN_B`: what changed between two runs, and whether any of it is a regression.
 
-Every metric of the two metrics.json files is classified:
+Every metric of the two metrics.json files is classified by its kind in report.schema (KINDS), and judged by the
+direction the schema declares for it:
 - quality and parity (token matches, BLEU/chrF and their deltas, gate outcomes, token-id hashes, doctor failures,
-  pitfalls reproduced): any change is reported; a drop is a regression (a changed token-id hash too: the same
-  code should translate the same way);
+  pitfalls reproduced): any change is reported; a move against its direction is a regression (a changed token-id
+  hash too: the same code should translate the same way);
 - speed: where the timing was measured beside at least MIN_GROUP others (one benchmark configuration, one
   quantization timing), a change counts when it holds relative to them (each repetition divided by the median of
   the group's same repetition, which ran a second apart) in at least SUPERIORITY of all pairs of A's and B's
@@ -15,10 +16,10 @@ Every metric of the two metrics.json files is classified:
   never judged. A peer engine's timing (the bench's PyTorch, optimum and CTranslate2) is judged alike but reads
   "peer slower" / "peer faster", never a regression: it measures the machine and the peer, not this project (two
   CI runs of one commit timed CTranslate2 fp32 1.6x apart against the engines beside it);
-- size and memory: beyond `size_threshold` (relative) is a regression; a memory reading (RSS) must also move by
-  MEMORY_FLOOR_MB: a fresh process's RSS varies by a few tenths of a MB, a relative threshold on a 0.8 MB part of
-  it read 0.8 -> 0.9 MB as a regression when two CI runs of one commit were compared;
-- everything else is listed as changed.
+- size and memory: beyond `size_threshold` (relative), against its direction, is a regression; a memory reading
+  (RSS) must also move by MEMORY_FLOOR_MB: a fresh process's RSS varies by a few tenths of a MB, a relative
+  threshold on a 0.8 MB part of it read 0.8 -> 0.9 MB as a regression when two CI runs of one commit were compared;
+- identity (names, settings, counts) and keys the schema does not declare (an older run's) are listed as changed.
 Plus the params and environment differences, the translations that changed per variant, and whether the two
 run fingerprints are equal. Reads JSON only: no notebook runs and torch is never imported.
 """
@@ -32,29 +33,17 @@ from typing import Any
 
 import numpy as np
 
-from mtonnx.report.fingerprint import is_timing
+from mtonnx.report import schema
 from mtonnx.report.record import flatten
 from mtonnx.runtime import layout
 
-GATE_RANK = {"fail": 0, "inconclusive": 1, "pass": 2}
-LOWER_IS_WORSE = (
-    "runtime.parity.",
-    "finite_outputs",
-    "identical_to_local",
-    "token_match",
-    "bleu",
-    "chrf",
-    "exact_match",
-    "agree_bleu",
-    "parity_pass",
-    "reproduced",
-    "cached_equals_no_cache",
-    "static_axes_error_caught",
-    "pitfalls.each.",
-)
-HIGHER_IS_WORSE = ("failures", "warnings", "max_abs_diff", "errors")
-QUALITY = (*LOWER_IS_WORSE, *HIGHER_IS_WORSE, "gate", "tokens_sha", "recommended", "sentences_needed", "p_value")
-SIZE = ("size_mb", "rss_mb", "rss_after_run_mb", "weights_mb")
+KINDS = {  # report.schema's kinds as compare reports them; an undeclared key (an older run's) is "other"
+    schema.QUALITY: "quality",
+    schema.TIMING: "speed",
+    schema.SIZE: "size",
+    schema.MEMORY: "size",
+    schema.IDENTITY: "other",
+}
 MEMORY_FLOOR_MB = 1.0  # a memory reading that moved less than this is within threshold, whatever the ratio
 MIN_GROUP = 3  # timings measured side by side that a relative check needs
 SUPERIORITY = 0.9  # share of repetition pairs beyond the margin that makes a speed change count (_beyond)
@@ -173,64 +162,58 @@ def compare(a: dict[str, Any], b: dict[str, Any], thresholds: Thresholds = Thres
     }
 
 
-def _name(key: str) -> str:
-    """A flattened key's metric name: its last part, or the part before a file name (`size_mb.encoder_model.onnx`)."""
-    parts = key.split(".")
-    return parts[-3] if parts[-1] == "onnx" and len(parts) >= 3 else parts[-1]
-
-
 def classify(key: str) -> str:
-    """quality / speed / size / other for a flattened metric key."""
-    last = _name(key)
-    if key.startswith(("pitfalls.each.", "runtime.parity.")):
-        return "quality"
-    if any(word in last for word in SIZE) or key.startswith(("bench.rss", "bench.memory_ablation.")):
-        return "size"
-    if is_timing(key) or key.startswith("graphview.seconds"):
-        return "speed"
-    if any(word in last for word in QUALITY):
-        return "quality"
-    return "other"
+    """quality / speed / size / other for a flattened metric key, from its kind in report.schema."""
+    metric = schema.declared(key)
+    return KINDS[metric.kind] if metric else "other"
 
 
 def _judge(kind: str, key: str, a: Any, b: Any, t: Thresholds) -> dict[str, Any] | None:
     change = {"kind": kind, "key": key, "a": a, "b": b, "verdict": "changed"}
+    better = _better(key)
     if kind == "quality":
         change["verdict"] = "regression" if _worse(key, a, b) else "changed"
-    elif kind == "size" and isinstance(a, (int, float)) and isinstance(b, (int, float)) and a:
+    elif kind == "size" and better and _number(a) and _number(b) and a:
+        grew, shrank = b > a * (1 + t.size_threshold), b < a * (1 - t.size_threshold)
+        worse, improved = (grew, shrank) if better == schema.LOWER else (shrank, grew)
         change["verdict"] = (
             "within threshold"
-            if _is_memory(key) and abs(b - a) < MEMORY_FLOOR_MB
+            if schema.declared(key).kind == schema.MEMORY and abs(b - a) < MEMORY_FLOOR_MB
             else "regression"
-            if b > a * (1 + t.size_threshold)
-            else ("improvement" if b < a * (1 - t.size_threshold) else "within threshold")
+            if worse
+            else ("improvement" if improved else "within threshold")
         )
     elif kind == "speed":
         change["verdict"] = "single measurement"
     return change
 
 
-def _is_memory(key: str) -> bool:
-    """A resident-memory reading (a measurement with noise), not a file's size."""
-    return key.startswith(("bench.rss", "bench.memory_ablation.")) or "rss" in _name(key)
+def _better(key: str) -> str | None:
+    """The declared direction of a key (None when it has none or is not declared)."""
+    metric = schema.declared(key)
+    return metric.better if metric else None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _worse(key: str, a: Any, b: Any) -> bool:
-    last = _name(key)
+    """Whether a quality metric moved the wrong way: against its direction, down a gate's ranks, any change of
+    one that must stay the same (a token-id hash), or gone; a metric without a direction is only listed."""
+    better = _better(key)
+    if better is None:
+        return False
     if a is None or b is None:
-        return b is None  # a quality metric that disappeared
-    if last == "gate":
-        return GATE_RANK.get(b, -1) < GATE_RANK.get(a, -1)
-    if last in ("tokens_sha",):
+        return b is None
+    if better == schema.SAME:
         return True
+    if schema.unit(key) == schema.GATE:
+        return schema.GATE_RANK.get(b, -1) < schema.GATE_RANK.get(a, -1)
     if isinstance(a, bool) or isinstance(b, bool):
-        return bool(a) and not b if key.startswith(LOWER_IS_WORSE) or last.endswith(LOWER_IS_WORSE) else False
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        if any(word in last for word in HIGHER_IS_WORSE):
-            return b > a
-        if "delta_ci" in key or last in ("p_value", "sentences_needed"):
-            return False
-        return b < a
+        return bool(a) and not b if better == schema.HIGHER else bool(b) and not a
+    if _number(a) and _number(b):
+        return b < a if better == schema.HIGHER else b > a
     return False
 
 

@@ -20,7 +20,7 @@ from mtonnx.foundation.files import link_or_copy, staged_dir, write_atomic
 from mtonnx.runtime import layout
 
 STAMP = re.compile(r"^- Run: .*$", re.M)  # the card's line `stamp` fills in
-FACTS = "deploy.json"  # beside the card: what it was written from, for `stamp` and for tools
+FACTS = layout.DEPLOY_FACTS  # beside the card: what it was written from (the source prefix the runtime reads)
 
 
 def facts(
@@ -37,6 +37,7 @@ def facts(
     data: str,
     layout_name: str,
     run: str,
+    source_prefix: str = "",
 ) -> dict[str, Any]:
     """What the model card is written from, read off a run's measurements (notebook 06 and `mtonnx migrate` call
     this with the same numbers): the variant's row, both gates' settings, the objective against fp32 and the peers."""
@@ -63,6 +64,7 @@ def facts(
         "reason": reason,
         "layout": layout_name,
         "run": run,
+        "source_prefix": source_prefix,
     }
 
 

@@ -5,11 +5,16 @@ docs/hooks.py), so nothing generated is ever typed into a page and nothing can d
 - `params`: the params reference, from the schema (mtonnx.params.SCHEMA): every key, its type, default, range, doc;
 - `results`: the reference run's variant table with both gates, the peer table and memory, stamped with the commit,
   date, CPU and thread count of the run that measured them;
-- `pitfalls`: what the reference run reproduced and what doctor found on its exports.
+- `pitfalls`: what the reference run reproduced and what doctor found on its exports;
+- `examples`: what the reference model knows, in and out of domain, with its best and worst translations;
+- `figures`: the reference run's figures with their captions, grouped by the notebook that drew them.
+A rendered block ends with GENERATED_END, so whatever reads the built page can tell generated text from prose.
+`lab_nav` lists the reference run's notebooks in the site's navigation, under the lab's page.
 
 `refresh` copies what the site needs from a run directory into docs/reference/ (executed notebooks with their
-outputs, figures, metrics.json, env.json, the report and its screenshot; never an ONNX file), refusing more than
-REFERENCE_LIMIT_MB. `stale` says how the committed reference run no longer matches the code.
+outputs, figures, metrics.json, env.json, the report, its screenshot and the deployed model's card; never an ONNX
+file), refusing more than REFERENCE_LIMIT_MB. `stale` says how the committed reference run no longer matches the
+code. report.prose finds a measured number typed into prose, outside these blocks, where it would go stale.
 """
 
 from __future__ import annotations
@@ -21,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.foundation.files import staged_dir
+from mtonnx.report.prose import GENERATED_END
 
 REFERENCE_LIMIT_MB = 10.0
 MARKER = re.compile(r"<!-- generated: (\w+) -->")
-COPIED = ("metrics.json", "env.json", "index.html", "report.png")
+COPIED = ("metrics.json", "env.json", "index.html", "report.png", "deploy/model_card.md")
+NOTEBOOK = "[0-9][0-9]_*.ipynb"
+# The units of time, size, speed and share a measurement is written in (longest first where one starts another).
 
 
 def params_reference() -> str:
@@ -72,9 +80,8 @@ def _stamp(env: dict[str, Any]) -> str:
 
 def results(reference: str | Path) -> str:
     """The reference run's variants with both gates, the deployed runtime against its peers, and memory."""
-    reference = Path(reference)
-    metrics = json.loads((reference / "metrics.json").read_text(encoding="utf-8"))
-    env = json.loads((reference / "env.json").read_text(encoding="utf-8"))
+    metrics = _metrics(reference)
+    env = json.loads((Path(reference) / "env.json").read_text(encoding="utf-8"))
     quant, bench = metrics.get("quant", {}), metrics.get("bench", {})
     out = [_stamp(env), "", f"Objective: `{quant.get('objective')}`. Recommended: **{quant.get('recommended')}**.", ""]
     out += [
@@ -117,7 +124,7 @@ def results(reference: str | Path) -> str:
 
 def pitfalls(reference: str | Path) -> str:
     """What the reference run reproduced of each pitfall, and doctor's failures and warnings per export."""
-    metrics = json.loads((Path(reference) / "metrics.json").read_text(encoding="utf-8"))
+    metrics = _metrics(reference)
     each = metrics.get("pitfalls", {}).get("each", {})
     out = ["| pitfall | reproduced by the reference run |", "| --- | --- |"]
     out += [f"| {name} | {'yes' if done else 'no'} |" for name, done in each.items()]
@@ -128,37 +135,96 @@ def pitfalls(reference: str | Path) -> str:
     return "\n".join(out)
 
 
-def render(markdown: str, reference: str | Path) -> str:
-    """A page with each marker replaced by what it names (an unknown marker is a ValueError: a strict build fails)."""
+def examples(reference: str | Path) -> str:
+    """What the reference model knows: its scores per source (in and out of domain) and its best and worst
+    translations of each, with the HSK data's attribution."""
+    from mtonnx.data import HSK_CREDIT
+
+    inspect = _metrics(reference).get("inspect", {})
+    out = ["| source | sentences | BLEU | chrF |", "| --- | --- | --- | --- |"]
+    out += [
+        f"| {name} | {d['sentences']} | {d['bleu']} | {d['chrf']} |" for name, d in inspect.get("domains", {}).items()
+    ]
+    out += ["", "| source | kind | English | reference | the model |", "| --- | --- | --- | --- | --- |"]
+    out += [
+        f"| {e['source']} | {e['kind']} | {_cell(e['en'])} | {_cell(e['reference'])} | {_cell(e['model'])} |"
+        for e in inspect.get("examples", [])
+    ]
+    return "\n".join([*out, "", f"*{HSK_CREDIT}*"])
+
+
+def figures(reference: str | Path, href: str = "reference") -> str:
+    """The reference run's figures under the notebook that drew them, each with its caption; `href` is the
+    reference directory as the page links it."""
+    from mtonnx.report.index import figure_groups
+
+    out = []
+    for group in figure_groups(Path(reference)):
+        out += [f"### {group['notebook']}", ""]
+        for figure in group["figures"]:
+            out += [f"![{_cell(figure['caption'])}]({href}/{figure['src']})", f"*{_cell(figure['caption'])}*", ""]
+    return "\n".join(out)
+
+
+def _metrics(reference: str | Path) -> dict[str, Any]:
+    return json.loads((Path(reference) / "metrics.json").read_text(encoding="utf-8"))
+
+
+def _cell(text: str) -> str:
+    """Text as it must be written inside a markdown table cell: no pipe, no HTML tag, on one line."""
+    return " ".join(str(text).split()).replace("|", "\\|").replace("<", "&lt;") or "(empty)"
+
+
+def render(markdown: str, reference: str | Path, href: str = "reference") -> str:
+    """A page with each marker replaced by what it names, up to GENERATED_END (an unknown marker is a ValueError: a
+    strict build fails); `href` is the reference directory as links from this page reach it."""
     makers = {
         "params": params_reference,
         "results": lambda: results(reference),
         "pitfalls": lambda: pitfalls(reference),
+        "examples": lambda: examples(reference),
+        "figures": lambda: figures(reference, href),
     }
 
     def replace(match: re.Match) -> str:
         if match.group(1) not in makers:
             raise ValueError(f"unknown generated block {match.group(1)!r}; known: {', '.join(makers)}")
-        return f"{match.group(0)}\n\n{makers[match.group(1)]()}\n"
+        return f"{match.group(0)}\n\n{makers[match.group(1)]()}\n\n{GENERATED_END}\n"
 
     return MARKER.sub(replace, markdown)
 
 
+def lab_nav(nav: list[Any], page: str, reference: str | Path, href: str = "reference") -> list[Any]:
+    """The site's navigation with the reference run's notebooks listed under `page` (the lab's page; `href` is the
+    reference directory within the docs): the lab's section follows the notebooks the reference holds, never a
+    list typed into mkdocs.yml."""
+    notebooks = [f"{href}/notebooks/{p.name}" for p in sorted(Path(reference, "notebooks").glob(NOTEBOOK))]
+
+    def section(entry: Any) -> Any:
+        if isinstance(entry, dict) and list(entry.values()) == [page]:
+            return {next(iter(entry)): [page, *notebooks]}
+        return entry
+
+    return [section(entry) for entry in nav]
+
+
 def refresh(run_dir: str | Path, reference: str | Path, limit_mb: float = REFERENCE_LIMIT_MB) -> dict[str, Any]:
     """Replace `reference` with what the site needs from `run_dir` (a complete run): its executed notebooks, figures,
-    metrics, env, report and screenshot; ValueError when that is over `limit_mb` or the run is incomplete."""
+    metrics, env, report, screenshot and the deployed model's card; ValueError when that is over `limit_mb` or the
+    run is incomplete."""
     run_dir = Path(run_dir)
     missing = [name for name in ("metrics.json", "env.json", "notebooks") if not (run_dir / name).exists()]
     if missing:
         raise ValueError(f"{run_dir} is not a complete run: it has no {', '.join(missing)} (run make report first)")
     with staged_dir(reference) as tmp:
         (tmp / "notebooks").mkdir()
-        for notebook in sorted((run_dir / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for notebook in sorted((run_dir / "notebooks").glob(NOTEBOOK)):
             shutil.copy2(notebook, tmp / "notebooks" / notebook.name)
         if (run_dir / "figures").is_dir():
             shutil.copytree(run_dir / "figures", tmp / "figures")
         for name in COPIED:
             if (run_dir / name).is_file():
+                (tmp / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run_dir / name, tmp / name)
         size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 2**20
         if size > limit_mb:
@@ -169,8 +235,8 @@ def refresh(run_dir: str | Path, reference: str | Path, limit_mb: float = REFERE
 def stale(reference: str | Path, notebooks: str | Path, params_hash: str) -> list[str]:
     """How the reference run no longer matches the code: notebooks in one but not the other, another params hash."""
     reference = Path(reference)
-    have = {p.name for p in (reference / "notebooks").glob("[0-9][0-9]_*.ipynb")}
-    want = {p.name for p in Path(notebooks).glob("[0-9][0-9]_*.ipynb")}
+    have = {p.name for p in (reference / "notebooks").glob(NOTEBOOK)}
+    want = {p.name for p in Path(notebooks).glob(NOTEBOOK)}
     env = json.loads((reference / "env.json").read_text(encoding="utf-8")) if (reference / "env.json").is_file() else {}
     problems = [f"{name} is in notebooks/ but not in the reference run" for name in sorted(want - have)]
     problems += [f"{name} is in the reference run but not in notebooks/" for name in sorted(have - want)]

@@ -2,10 +2,11 @@
 commit and params on the same machine can be told identical (or not) at a glance.
 
 What goes in (`run.fingerprint_inputs`, so a reviewer sees why two fingerprints differ): the hash of every ONNX
-file and weights file the run wrote, the hash of PyTorch's baseline token ids, and every metric that does not
-come from a clock or a memory probe (token-match rates, BLEU/chrF and their paired statistics, gate outcomes,
-each variant's token-id hash, sizes, the recommendation, doctor and parity results). Timings, resident memory,
-speed ratios, the verdicts read off them and the netron renders (which depend on a browser's timing) stay out.
+file and weights file the run wrote, the hash of PyTorch's baseline token ids, and every metric that report.schema
+declares reproducible (token-match rates, BLEU/chrF and their paired statistics, gate outcomes, each variant's
+token-id hash, sizes, the recommendation, doctor and parity results) or does not declare at all. Timings,
+resident memory, speed ratios, the verdicts read off them and the netron renders (which depend on a browser's
+timing) stay out, and so does the run's own section.
 """
 
 from __future__ import annotations
@@ -15,48 +16,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mtonnx.report import schema
 from mtonnx.report.baseline import BASELINE_FILE
 from mtonnx.report.record import flatten
 from mtonnx.runtime import layout
 
 SECTION = "run"
-# A flattened metric key with one of these in any dotted part comes from a clock or a memory probe.
-TIMING_WORDS = (
-    "_ms",
-    "seconds",
-    "rss",
-    "ratio",
-    "speedup",
-    "per_s",
-    "bandwidth",
-    "bound_fraction",
-    "times",
-    "targets",
-    "reason",
-    "memory_ablation",
-    "p50",
-    "p90",
-    "import_s",
-    "load_s",
-    "startup_s",
-    "vs_generate",
-    "vs_pytorch",
-    "vs_ct2",
-)
-TIMING_KEYS = (
-    "bench.results",
-    "tuning.ablation",
-    "bytes.restricted.speed",
-    "bytes.shortlist.speed",
-    "pitfalls.each.no cache",
-    "pitfalls.reproduced",
-)
-SKIPPED_SECTIONS = ("graphview", SECTION)
-
-
-def is_timing(key: str) -> bool:
-    """True for a metric that comes from a clock or a memory probe (or is derived from one)."""
-    return key.startswith(TIMING_KEYS) or any(word in part for part in key.split(".") for word in TIMING_WORDS)
 
 
 def fingerprint(run_dir: str | Path, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -70,8 +35,8 @@ def fingerprint(run_dir: str | Path, metrics: dict[str, Any]) -> dict[str, Any]:
         items = json.loads(baseline.read_text(encoding="utf-8"))["items"]
         ids = [[item[k] for k in sorted(item) if k.endswith("_ids")] for item in items]
         inputs["baseline token ids"] = _sha(json.dumps(ids).encode())
-    for key, value in flatten({k: v for k, v in metrics.items() if k not in SKIPPED_SECTIONS}).items():
-        if not is_timing(key):
+    for key, value in flatten({k: v for k, v in metrics.items() if k != SECTION}).items():
+        if schema.reproducible(key):
             inputs[f"metric {key}"] = value
     digest = _sha(json.dumps(inputs, sort_keys=True, default=str).encode())
     return {"fingerprint": digest, "fingerprint_inputs": inputs}

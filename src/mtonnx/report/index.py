@@ -5,7 +5,8 @@ and why), the variant table (size, latency with spread, speed against PyTorch fp
 BLEU/chrF with the delta's 95 % CI, gate, exact-match rate), the peer chart and the run's identity. Below it:
 what the model knows (in and out of domain), sample translations with the tokens that differ from PyTorch
 marked, pitfalls and doctor tables, the figures grouped by notebook, the notebooks, and every metric in a
-collapsed, filterable section. Rendered with Jinja2 from the run directory's files.
+collapsed, filterable section with the unit, kind and direction report.schema declares for it. Rendered with
+Jinja2 from the run directory's files.
 """
 
 from __future__ import annotations
@@ -19,19 +20,25 @@ from markupsafe import Markup, escape
 
 from mtonnx.data import HSK_CREDIT
 from mtonnx.foundation.files import write_atomic
+from mtonnx.report import schema
 from mtonnx.report.baseline import BASELINE_FILE
 from mtonnx.report.record import FIGURES_DIR, captions, flatten
 from mtonnx.runtime import layout
 
 # Figures are named after the notebook that draws them.
-FIGURE_NOTEBOOKS = {
+FIGURE_NOTEBOOKS = {  # a figure's name prefix -> the notebook that draws it; the first prefix that matches wins
     "inspect": "01 · the model",
     "manual_export": "02 · the hand export",
     "optimum": "03 · optimum",
     "graphview": "04 · the graphs",
     "runtime": "05 · the cached decoder",
-    "quant": "06 · quantization",
+    "quant": "06 · variants and the recommendation",
+    "bench_ablation": "09 · tuning the decoder step",
+    "bench_memory": "09 · tuning the decoder step",
+    "bench_step_bytes": "10 · fewer bytes per token",
     "bench": "07 · the peers",
+    "serve": "11 · serving",
+    "scale": "12 · scale-out",
 }
 PARITY_LABELS = {
     "manual_export.greedy_token_match": "hand export, greedy over the files",
@@ -143,8 +150,8 @@ def figure_groups(run_dir: Path) -> list[dict[str, Any]]:
         groups.setdefault(notebook, []).append(
             {"src": path.relative_to(run_dir).as_posix(), "caption": names.get(path.stem, path.stem)}
         )
-    order = [*FIGURE_NOTEBOOKS.values(), "other"]
-    return [{"notebook": k, "figures": groups[k]} for k in order if k in groups]
+    order = sorted(groups, key=lambda label: (label == "other", label))  # by notebook number, the unknown last
+    return [{"notebook": k, "figures": groups[k]} for k in order]
 
 
 def identity(env: dict[str, Any]) -> dict[str, Any]:
@@ -183,7 +190,7 @@ def write_index(run_dir: str | Path, notebooks: list[dict[str, Any]], env: dict[
         peers=peer_rows(metrics),
         identity=identity(env),
         env=env,
-        metrics=flatten(metrics),
+        metrics=metric_rows(metrics),
         inspect=metrics.get("inspect", {}),
         pitfalls=metrics.get("pitfalls", {}).get("each", {}),
         doctor=metrics.get("doctor", {}),
@@ -199,6 +206,16 @@ def write_index(run_dir: str | Path, notebooks: list[dict[str, Any]], env: dict[
         footprint=metrics.get("run", {}).get("footprint"),
     )
     return write_atomic(run_dir / "index.html", html)
+
+
+def metric_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every recorded metric with the unit, kind and direction report.schema declares for it (blank: undeclared)."""
+    rows = []
+    for key, value in flatten(metrics).items():
+        metric = schema.declared(key)
+        declared = {"unit": metric.unit, "kind": metric.kind, "better": metric.better or ""} if metric else {}
+        rows.append({"key": key, "value": value, "unit": "", "kind": "undeclared", "better": "", **declared})
+    return rows
 
 
 def _first_existing(run_dir: Path, *names: str) -> str | None:

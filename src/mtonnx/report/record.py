@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.foundation.files import write_atomic, write_json
+from mtonnx.report import schema
 
 METRICS_DIR, FIGURES_DIR = "metrics", "figures"
 CAPTIONS = "captions.json"
@@ -39,8 +40,10 @@ class Recorded(dict):
 
 
 def record(run_dir: str | Path, section: str, metrics: dict[str, Any]) -> Recorded:
-    """Save one notebook's metrics as `metrics/<section>.json`; they appear as `<section>.<key>`."""
+    """Save one notebook's metrics as `metrics/<section>.json`; they appear as `<section>.<key>`. A key that
+    report.schema does not declare is saved all the same, with a warning naming it."""
     write_json(Path(run_dir) / METRICS_DIR / f"{section}.json", metrics)
+    schema.warn_undeclared(flatten({section: metrics}))
     return Recorded(section, metrics)
 
 

@@ -1,7 +1,9 @@
 """The pipeline: execute the numbered notebooks with papermill into a run dir, then build the report.
 
-For each notebook, in order: inject the parameters (params file, run dir, models dir), execute it
-headless, keep the executed notebook (also when it fails) and convert it to HTML. Around that:
+A partial run (`--only`) first adds the notebooks the selected ones need that have not run in the run dir
+(report.prerequisites), and says so in one line. For each notebook, in order: inject the parameters (params file,
+run dir, models dir), execute it headless, keep the executed notebook (also when it fails) and convert it to HTML.
+Around that:
 env.json first, the model resolved once up front (so a missing model is one clear error, not a
 failed cell), metrics merged into metrics.json with the run's fingerprint, and index.html written at the
 end, even on failure. The kernels run with a fixed PYTHONHASHSEED (unless one is set): optimum's decoder merge
@@ -21,11 +23,12 @@ from typing import Any
 
 from mtonnx.foundation import envinfo
 from mtonnx.foundation.files import write_atomic, write_json
+from mtonnx.report import prerequisites, schema
 from mtonnx.report.deploy import stamp
 from mtonnx.report.fingerprint import SECTION, fingerprint
 from mtonnx.report.footprint import tidy
 from mtonnx.report.index import write_index
-from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, merge_metrics, record
+from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, flatten, merge_metrics, record
 from mtonnx.sources import models
 
 KERNEL = "mtonnx"
@@ -127,11 +130,18 @@ def run(
     """Execute the notebooks and write the report; raises RunFailed naming the failing notebook and cell."""
     out_dir = Path(out_dir).resolve()
     models_dir = Path(models_dir).resolve() if models_dir else default_models_dir()
-    notebooks = select_notebooks(Path(notebooks_dir) if notebooks_dir else project_notebooks(params), only)
+    folder = Path(notebooks_dir) if notebooks_dir else project_notebooks(params)
+    notebooks = select_notebooks(folder, only)
     check_kernel(kernel)
     if only is None:  # a full run starts clean; a partial one keeps the other notebooks' results
         for stale in ("notebooks", METRICS_DIR, FIGURES_DIR):
             shutil.rmtree(out_dir / stale, ignore_errors=True)
+    try:
+        notebooks, added = prerequisites.plan(notebooks, select_notebooks(folder), out_dir)
+    except prerequisites.PrerequisiteError as err:
+        raise RunFailed(str(err)) from None
+    if added:
+        log(f"not yet run in {out_dir}, needed first: {', '.join(p.name for p in added)}")
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
     env = envinfo.collect(params)
     write_json(out_dir / "env.json", env)
@@ -174,6 +184,9 @@ def run(
 
     status = "interrupted" if interrupted else "ok" if all(r["status"] == "ok" for r in results) else "failed"
     merged = merge_metrics(out_dir)
+    undeclared = schema.undeclared(flatten(merged))
+    if undeclared:
+        log(schema.missing_line(undeclared))
     footprint = None
     if status == "ok":  # a failed or interrupted run keeps everything it built, for a look at what went wrong
         recommended = merged.get("quant", {}).get("recommended")

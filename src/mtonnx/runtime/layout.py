@@ -26,6 +26,7 @@ HEAD_COLUMNS = "lm_head_columns.npz"  # shortlisted variants: the lm_head weight
 
 DEPLOY = "deploy"  # in a run directory: the recommended variant, all the runtime needs, and its model card
 MODEL_CARD = "model_card.md"
+DEPLOY_FACTS = "deploy.json"  # in deploy/: what the card was written from, the run's source prefix among it
 
 EXPORT_MANIFEST = "export_manifest.json"
 VARIANT_MANIFEST = "variant_manifest.json"

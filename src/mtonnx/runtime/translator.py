@@ -298,6 +298,17 @@ def model_dir_of(model_dir: str | Path | None, run: str | Path | None) -> Path:
     return deploy
 
 
+def deployed_prefix(directory: str | Path) -> str:
+    """The source prefix the run that wrote a deploy/ directory used (its deploy.json), "" for any other directory:
+    a deployment translates as the run measured it without being told again."""
+    path = Path(directory) / layout.DEPLOY_FACTS
+    try:
+        prefix = json.loads(path.read_text(encoding="utf-8")).get("source_prefix", "") if path.is_file() else ""
+    except (OSError, ValueError, AttributeError):
+        raise ModelDirError(f"{path} is not readable JSON: copy the run's deploy/ directory again") from None
+    return prefix if isinstance(prefix, str) else ""
+
+
 def check_dir(directory: Path, decoder: str = "auto") -> str:
     """The checks made before loading anything (a directory, its tokenizer files and config, a decoder layout's
     files), so a bad directory fails before any work; returns the layout `pick_layout` chooses."""

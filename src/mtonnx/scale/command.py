@@ -47,7 +47,10 @@ def settings(args: argparse.Namespace) -> dict:
         loaded = params.load(args.params)
         scale, prefix = loaded["scale"], loaded["model"]["source_prefix"]
     else:
-        scale, prefix = {key: spec.default for key, spec in params.SCHEMA["scale"].items()}, ""
+        from mtonnx.runtime.translator import deployed_prefix
+
+        scale = {key: spec.default for key, spec in params.SCHEMA["scale"].items()}
+        prefix = deployed_prefix(args.model_dir)
     flags = {
         "engine": args.engine or ("ray" if args.address else None),
         "workers": args.workers,

@@ -61,7 +61,9 @@ def settings_from_args(args: argparse.Namespace) -> ServeSettings:
     """Settings from parsed `mtonnx serve` flags; raises ParamsError (one line) on a bad params file or flag."""
     params = load(args.params) if args.params else None
     section = dict(params["serve"]) if params else {k: f.default for k, f in SCHEMA["serve"].items()}
-    prefix = params["model"]["source_prefix"] if params else ""
+    from mtonnx.runtime.translator import deployed_prefix
+
+    prefix = params["model"]["source_prefix"] if params else deployed_prefix(args.model_dir)
     for key in FLAGS:
         value = getattr(args, key, None)
         if value is not None:
