@@ -22,7 +22,17 @@ NOTEBOOKS = ("01", "02", "03", "05", "06", "08")
 def test_the_lab_runs_on_another_family(name, tmp_path, models_dir):
     out = tmp_path / "run"
     params = f"params/{name}.yaml"
-    done = run_cli("run", "--params", params, "--only", ",".join(NOTEBOOKS), "--out", str(out), env=cli_env(models_dir))
+    done = run_cli(
+        "run",
+        "--params",
+        params,
+        "--only",
+        ",".join(NOTEBOOKS),
+        "--out",
+        str(out),
+        env=cli_env(models_dir),
+        timeout=1800,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     for notebook in sorted((out / "notebooks").glob("*.ipynb")):
         cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]

@@ -33,8 +33,10 @@ class SpmTokenizer:
     piece and special token it knows -> id), the special tokens, `source` and `target` (the sentencepiece models of
     the source and the target text: one model for both but in Marian), `prefix_ids` and how pieces join into text."""
 
-    def __init__(self, directory: str | Path, convention: TokenizerConvention):
-        self.dir, self.convention = Path(directory), convention
+    convention: TokenizerConvention  # the subclass's default: a directory's own comes from load_tokenizer
+
+    def __init__(self, directory: str | Path, convention: TokenizerConvention | None = None):
+        self.dir, self.convention = Path(directory), convention or self.convention
         self.config = families.read_json(self.dir / "tokenizer_config.json")
         self.eos_token = self._token("eos_token", "</s>")
         self.unk_token = self._token("unk_token", "<unk>")
@@ -132,8 +134,7 @@ class MarianSpmTokenizer(SpmTokenizer):
     """MarianTokenizer: source.spm for the source, target.spm to decode, one joint vocab.json; a leading `>>lang<<`
     code kept whole."""
 
-    def __init__(self, directory: str | Path):
-        super().__init__(directory, families.MARIAN.tokenizers[0])
+    convention = families.MARIAN.tokenizers[0]
 
     def load(self) -> None:
         """vocab.json and the two sentencepiece models."""
@@ -154,6 +155,8 @@ class MarianSpmTokenizer(SpmTokenizer):
 class M2M100SpmTokenizer(SpmTokenizer):
     """M2M100Tokenizer: vocab.json for the pieces of sentencepiece.bpe.model, the `__lang__` tokens of its
     language_codes after them, the source language's token first."""
+
+    convention = families.M2M100.tokenizers[0]
 
     def load(self) -> None:
         """vocab.json, the sentencepiece model and the language tokens."""
@@ -183,6 +186,8 @@ class NllbSpmTokenizer(M2M100SpmTokenizer):
     """NllbTokenizer: the sentencepiece id + 1 (fairseq's order), the special and language tokens at the ids
     tokenizer_config.json's added_tokens_decoder gives them, the source language's code first."""
 
+    convention = families.M2M100.tokenizers[1]
+
     OFFSET = 1  # fairseq's <s> <pad> </s> <unk> take 0-3 where sentencepiece has <unk> <s> </s>
 
     def load(self) -> None:
@@ -211,6 +216,8 @@ class NllbSpmTokenizer(M2M100SpmTokenizer):
 class T5SpmTokenizer(SpmTokenizer):
     """T5Tokenizer (its legacy behaviour, the one t5-small's files select): the sentencepiece ids, the sentinels
     `<extra_id_N>` after them (they strip the spaces beside them)."""
+
+    convention = families.T5.tokenizers[0]
 
     def load(self) -> None:
         """spiece.model and the sentinels."""
@@ -247,8 +254,7 @@ TOKENIZERS: dict[str, type[SpmTokenizer]] = {
 def load_tokenizer(directory: str | Path) -> SpmTokenizer:
     """The tokenizer of a model or export directory, by its family and tokenizer_config.json's tokenizer_class."""
     _, convention = families.convention_of_dir(directory)
-    cls = TOKENIZERS[convention.name]
-    return cls(directory) if cls is MarianSpmTokenizer else cls(directory, convention)
+    return TOKENIZERS[convention.name](directory, convention)
 
 
 def clean_up_tokenization(text: str) -> str:

@@ -53,7 +53,6 @@ class Translator:
     ):
         self.dir = Path(model_dir)
         self.layout = check_dir(self.dir, decoder)
-        self.family = families.of_dir(self.dir)
         self.tokenizer = _read(self.dir, "the tokenizer files", lambda: load_tokenizer(self.dir))
         self.settings = _read(self.dir, "generation_config.json", lambda: GenerationSettings.from_dir(self.dir))
         self.max_positions = _read(self.dir, "config.json", lambda: max_positions(self.dir))
