@@ -34,6 +34,7 @@ class SpmTokenizer:
     the source and the target text: one model for both but in Marian), `prefix_ids` and how pieces join into text."""
 
     convention: TokenizerConvention  # the subclass's default: a directory's own comes from load_tokenizer
+    extra_specials: tuple[str, ...] = ()  # special tokens besides eos, unk and pad (a subclass's load sets them)
 
     def __init__(self, directory: str | Path, convention: TokenizerConvention | None = None):
         self.dir, self.convention = Path(directory), convention or self.convention
@@ -48,7 +49,7 @@ class SpmTokenizer:
         self.load()
         missing = [t for t in (self.eos_token, self.unk_token, self.pad_token) if t not in self.encoder]
         if missing:
-            raise ValueError(f"{convention.files[0]} has no entry for {', '.join(missing)}")
+            raise ValueError(f"{self.convention.files[0]} has no entry for {', '.join(missing)}")
         self.decoder = {i: token for token, i in self.encoder.items()}
         self.eos_token_id, self.unk_token_id = self.encoder[self.eos_token], self.encoder[self.unk_token]
         self.pad_token_id = self.encoder[self.pad_token]
@@ -59,8 +60,6 @@ class SpmTokenizer:
         self.special_ids = frozenset(self._special_ids.values())
         longest_first = sorted(self.special_tokens, key=len, reverse=True)
         self._special = re.compile("(" + "|".join(re.escape(t) for t in longest_first) + ")")
-
-    extra_specials: tuple[str, ...] = ()  # special tokens besides eos, unk and pad
 
     def load(self) -> None:
         """Read the convention's files: set `encoder`, `source` and what else it needs."""
