@@ -361,8 +361,8 @@ def check_padding(s: Subject) -> Check:
     rows = [tokenizer.encode(f"{family.source_prefix} {text}".strip()) for text in _short_and_long()]
     encoder = make_session(s.onnx_dir / layout.ENCODER)
 
-    def encode(side: str) -> tuple[np.ndarray, np.ndarray]:
-        """Row 0's encoding and mask in a batch padded on `side` ("alone": row 0 by itself)."""
+    def encode(side: str) -> np.ndarray:
+        """Row 0's encoding at its real positions, in a batch padded on `side` ("alone": row 0 by itself)."""
         batch = rows[:1] if side == "alone" else rows
         width = max(len(r) for r in batch)
         ids = np.full((len(batch), width), tokenizer.pad_token_id, dtype=np.int64)

@@ -9,7 +9,8 @@ doctor, whose named check must catch it (notebook 08 runs them for the run's fam
   a left-padded sentence is shifted and comes out different from batch 1;
 - T5, relative position bias frozen: T5 has no position table, its first attention adds a bias per bucket of
   relative distance computed from the lengths; computed in Python from the example's lengths at export time (`int()`
-  of a shape), the tracer stores the bias as a constant: right at the traced length, wrong at any other;
+  of a shape), the TorchScript tracer stores the bias as a constant: right at the traced length, wrong at any other
+  (torch.export keeps such numbers symbolic and exports it right);
 - T5, tied lm_head without the rescale: a tied T5 multiplies the decoder output by d_model**-0.5 before lm_head;
   an export that reads the head as an untied one leaves it out and its logits are d_model**0.5 times too large:
   greedy tokens survive (argmax ignores a positive scale), beam search's log-softmax does not.
@@ -246,9 +247,10 @@ PITFALLS = {
             "relative position bias frozen",
             "T5 has no position table: its first attention adds a learned bias per bucket of relative distance, "
             "computed from the query and key lengths. Code that turns those lengths into Python numbers (`int()` of a "
-            "shape) while tracing stores the bias of the example's lengths as a constant: the export is right at the "
-            "traced length and fails at any other.",
-            "keep every length a tensor while tracing; torch.export refuses the conversion instead of freezing it",
+            "shape) while the TorchScript exporter traces it stores the bias of the example's lengths as a constant: "
+            "the export is right at the traced length and fails at any other.",
+            "keep every length a tensor while tracing, or export with torch.export (the project's default), which "
+            "keeps such numbers symbolic",
             "padding keeps a sentence's encoding",
             frozen_position_bias,
         ),

@@ -205,7 +205,7 @@ def build_random_m2m100(out_dir: Path, recipe: dict[str, Any], seed: int) -> dic
     model = m2m100.new_m2m100(recipe["config"], facts["vocab_size"], facts["target_language_id"], seed).eval()
     unused = [i for i in facts["special_ids"] if i not in (facts["eos_id"], facts["pad_id"])]
     m2m100.shape_weights(model, **recipe["shape"], unused_ids=unused + list(range(facts["vocab_size"], _rows(model))))
-    _save(model, out_dir, f"{convention.classes[0]} trained on", seed)
+    _save(model, out_dir, convention.classes[0], seed)
     return facts
 
 
@@ -219,7 +219,7 @@ def build_random_t5(out_dir: Path, recipe: dict[str, Any], seed: int) -> dict[st
     model = t5.new_t5(recipe["config"], facts["vocab_size"], seed).eval()
     unused = [i for i in facts["special_ids"] if i not in (facts["eos_id"], facts["pad_id"])]
     t5.shape_weights(model, **recipe["shape"], unused_ids=unused)
-    _save(model, out_dir, f"{convention.classes[0]} trained on", seed)
+    _save(model, out_dir, convention.classes[0], seed)
     return facts
 
 
@@ -228,14 +228,15 @@ def _rows(model) -> int:
 
 
 def _save(model, out_dir: Path, tokenizer: str, seed: int) -> None:
-    """The model's files and a README saying what it is."""
+    """The model's files and a README saying what it is (`tokenizer`: the transformers class that wrote its
+    tokenizer files)."""
     model.save_pretrained(out_dir)
     c = model.config
     family = families.of_type(c.model_type)
     layers = f"{c.get_text_config().num_hidden_layers}+{getattr(c, family.decoder_layers)} layers"
     (out_dir / "README.md").write_text(
         f"# Random-weight {family.label} ({c.d_model}d, {layers}, vocab {c.vocab_size})\n\nBuilt by mtonnx (random "
-        f"seed {seed}); weights are random, so translations are noise. {tokenizer} the HSK train split of "
+        f"seed {seed}); weights are random, so translations are noise. {tokenizer} trained on the HSK train split of "
         "hsk-sentences-audio (CC-BY-SA-4.0).\n",
         encoding="utf-8",
     )
