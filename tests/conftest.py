@@ -85,6 +85,35 @@ def tuned_variants(export: Path, work: Path, names: tuple[str, ...] = ("fp32-tun
 
 
 @pytest.fixture(scope="session")
+def family_model(models_dir):
+    """name -> the directory of a built model of another family (tiny-m2m100, tiny-nllb, tiny-t5), built once."""
+    built: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in built:
+            built[name] = models.build(name, models_dir)[0]
+        return built[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def family_export(family_model, tmp_path_factory):
+    """name -> that model exported by hand (TorchScript exporter: seconds), exported once."""
+    from mtonnx.export.manual import export_manual
+
+    exported: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in exported:
+            exported[name] = tmp_path_factory.mktemp(name) / "export_manual"
+            export_manual(family_model(name), exported[name], exporter="torchscript")
+        return exported[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def optimum_dir(tiny_dir, tmp_path_factory) -> Path:
     from mtonnx.export.optimum import export_optimum
 

@@ -165,3 +165,33 @@ def test_beam_search_with_and_without_each_fast_path_chooses_the_same_tokens(ear
         fast = decoding.beam_search(HeadRandomRun(12, 10000, seed), 3, s)
         plain = decoding.beam_search(HeadRandomRun(12, 10000, seed), 3, replace(s, **{fast_path: False}))
         assert fast == plain
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_forced_first_step_ranks_without_scoring_equal_to_scoring_every_continuation(seed):
+    """The forced_bos step (M2M100's target language) takes the forced-step shortcut, with generate's ranking."""
+    rng = np.random.default_rng(seed)
+    batch, beams, vocab = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.choice([300, 65001]))
+    forced = int(rng.integers(1, vocab))
+    s = GenerationSettings(
+        decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, num_beams=beams, forced_bos_token_id=forced
+    )
+    logits = (rng.standard_normal((batch * beams, vocab)) * 2).astype(np.float32)
+    running = np.zeros((batch, beams), dtype=np.float32)
+    running[:, 1:] = NEG  # the first step: only beam 0 live
+    expected = reference_candidates(logits.copy(), running, 1, s, 2 * beams)
+    got = decoding._candidates(logits.copy(), running, 1, s, np.empty_like(logits), 2 * beams)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
+    assert (got[0][:, 0] == forced).all()
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_the_forced_first_token_comes_first_and_forced_eos_wins_where_both_fall(beams):
+    s = GenerationSettings(
+        decoder_start_token_id=2, eos_token_id=2, pad_token_id=1, num_beams=beams, forced_bos_token_id=77
+    )
+    rows = decoding.generate(RandomRun(3 * beams, 300, 0), 3, s.with_options(max_new_tokens=6))
+    assert [row[0] for row in rows] == [77, 77, 77] and all(2 not in row[1:-1] for row in rows)
+    last = replace(s.with_options(max_new_tokens=1), forced_eos_token_id=2)  # the first step is also the last
+    assert decoding.generate(RandomRun(3 * beams, 300, 0), 3, last) == [[2], [2], [2]]

@@ -263,7 +263,7 @@ def test_doctor_catches_a_shuffled_vocab(tiny_dir, hand_export, tmp_path):
         (d / "vocab.json").write_text(json.dumps(dict(zip(pieces, reversed(list(vocab.values()))))))
 
     rows = {r["check"]: r for r in diagnose(broken_copy(hand_export, tmp_path / "b", shuffle), source=tiny_dir)}
-    assert rows["vocab.json = the source model's"]["status"] == "fail"
+    assert rows["tokenizer vocabulary = the source model's"]["status"] == "fail"
 
 
 # Row 13: doctor without a source model, and on a hard-linked weights file: rows, not tracebacks.

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import tuned_variants
 from mtonnx import data
-from mtonnx.runtime import Translator, layout, layouts
+from mtonnx.runtime import Translator, families, layout, layouts
 
 SOURCES = [p.en for p in data.eval_set({"hsk_size": 4, "techdocs_size": 2, "eval_split": "test"})]
 
@@ -31,7 +31,9 @@ def test_exports_hold_the_files_the_contract_names(directories):
         layout.INPLACE_STEP,
         layout.SEARCH_HEAD,
     }
-    for name in (layout.EXPORT_MANIFEST, *layout.MODEL_FILES):
+    marian = ("config.json", "generation_config.json", *families.MARIAN.tokenizers[0].files, "tokenizer_config.json")
+    assert set(marian) <= set(layout.MODEL_FILES)
+    for name in (layout.EXPORT_MANIFEST, *marian):
         assert (directories["hand"] / name).is_file(), name
 
 

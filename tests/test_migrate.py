@@ -152,7 +152,9 @@ def test_bad_input_is_one_line_and_exit_2(tiny_dir, models_dir, tmp_path):
     config = json.loads((other / "config.json").read_text())
     (other / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
     done = migrate(other, tmp_path / "o", params(tmp_path, "p"), models_dir)
-    assert done.returncode == 2 and "model_type 'bert' is not supported; supported families: marian" in done.stderr
+    assert (
+        done.returncode == 2 and "model_type 'bert' is not a family mtonnx migrates (marian, m2m_100, t5" in done.stderr
+    )
     bad = tmp_path / "eval.tsv"
     bad.write_text("Hello.\t你好。\nno tab here\n", encoding="utf-8")
     done = migrate(tiny_dir, tmp_path / "o", params(tmp_path, "p"), models_dir, "--eval", str(bad))

@@ -72,5 +72,7 @@ def test_fp16_turns_the_mask_constant_into_nan(hand_export):
 
 
 def test_target_language_token_is_one_id_in_front(hand_export):
-    result = pitfalls.target_language_token(Translator(hand_export), SENTENCES[0])
-    assert result["ids_with"] == [result["token_id"], *result["ids_without"]]
+    translator = Translator(hand_export)
+    result = pitfalls.source_prefix_effect(translator, SENTENCES[0], ">>cmn_Hans<<")
+    assert result["prefix_ids"] == [translator.tokenizer.encoder[">>cmn_Hans<<"]]
+    assert result["ids_with"] == [*result["prefix_ids"], *result["ids_without"]]

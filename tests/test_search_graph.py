@@ -13,7 +13,7 @@ from mtonnx import data
 from mtonnx.measure import benchmark
 from mtonnx.measure.search_graph import same_tokens
 from mtonnx.passes.search_graph import build_search_model
-from mtonnx.runtime import MarianSpmTokenizer, ModelDirError, SearchGraph, Translator, layout
+from mtonnx.runtime import MarianSpmTokenizer, ModelDirError, SearchGraph, Translator, families, layout
 from mtonnx.runtime.tokenizer import pad
 
 SENTENCES = {"hsk_size": 48, "techdocs_size": 8, "eval_split": "test"}
@@ -53,7 +53,7 @@ def test_the_model_holds_one_beam_search_over_the_exports_graphs(search_dir, dyn
     ]
     assert decoder.input[2 + 2 * layers].name == "past_key_cross_0" and len(decoder.output) == 1 + 2 * layers
     assert [o.name for o in graphs["encoder"].output[:3]] == ["logits", "encoder_hidden_states", "present_key_self_0"]
-    assert all((search_dir / f).is_file() for f in layout.TOKENIZER_FILES + ("generation_config.json",))
+    assert all((search_dir / f).is_file() for f in (*families.MARIAN.tokenizers[0].files, "generation_config.json"))
 
 
 def test_forced_lengths_follow_the_runtime_token_for_token(search_dir, dynamo_export):

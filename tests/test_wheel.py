@@ -1,5 +1,6 @@
 """Install what you deploy: the wheel with its core dependencies only, on every Python 3.10-3.13 this machine has,
-translates like the lab does and brings no torch, transformers, optimum, jupyterlab or playwright."""
+translates like the lab does, with a model of every family (Marian, M2M100, T5), and brings no torch, transformers,
+optimum, jupyterlab or playwright."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from mtonnx.runtime import Translator
+from mtonnx.runtime import Translator, families
 
 pytestmark = pytest.mark.wheel
 PYTHONS = ("3.10", "3.12", "3.13")
@@ -49,7 +50,7 @@ def wheel(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("version", PYTHONS)
-def test_the_core_wheel_translates_like_the_lab_without_the_lab(version, wheel, hand_export, tmp_path):
+def test_the_core_wheel_translates_like_the_lab_without_the_lab(version, wheel, hand_export, family_export, tmp_path):
     python = find_python(version)
     if python is None:
         pytest.skip(
@@ -73,10 +74,17 @@ def test_the_core_wheel_translates_like_the_lab_without_the_lab(version, wheel, 
             [str(venv / "bin" / "mtonnx"), *args], capture_output=True, text=True, timeout=300, cwd=tmp_path
         )
 
-    done = core("translate", "--model-dir", str(hand_export), "-i", str(source), "--max-new-tokens", "12")
-    assert done.returncode == 0, done.stderr[-2000:]
-    lab = [Translator(hand_export).translate([s], max_new_tokens=12)[0] if s else "" for s in SENTENCES]
-    assert done.stdout.split("\n")[:-1] == lab
+    exports = {"tiny": hand_export, **{name: family_export(name) for name in ("tiny-m2m100", "tiny-t5")}}
+    for name, export in exports.items():  # Marian, M2M100 (its target language forced first), T5 (a task prefix)
+        prefix = families.of_dir(export).source_prefix
+        args = ("-i", str(source), "--max-new-tokens", "12", "--source-prefix", prefix)
+        done = core("translate", "--model-dir", str(export), *args)
+        assert done.returncode == 0, (name, done.stderr[-2000:])
+        lab = [
+            Translator(export).translate([s], max_new_tokens=12, source_prefix=prefix)[0] if s else ""
+            for s in SENTENCES
+        ]
+        assert done.stdout.split("\n")[:-1] == lab and any(lab), name
     doctor = core("doctor", "--model-dir", str(hand_export), "--source", str(hand_export), "--json")
     rows = {r["check"]: r["status"] for r in json.loads(doctor.stdout)}
     assert doctor.returncode == 0 and rows["every ONNX file loads"] == "ok" and rows["opset"] == "skip", rows

@@ -51,7 +51,12 @@ SCHEMA: dict[str, Any] = {
         f"the checkout holding notebooks/ and models/, relative to the params file (${ROOT_ENV} overrides it)",
     ),
     "model": {
-        "name": Field(str, "tiny", "'tiny', 'opus-shape', or a hub name such as Helsinki-NLP/opus-mt-en-zh"),
+        "name": Field(
+            str,
+            "tiny",
+            "'hsk-enzh', 'tiny', 'tiny-m2m100', 'tiny-nllb', 'tiny-t5', 'opus-shape', or a hub name such as "
+            "Helsinki-NLP/opus-mt-en-zh, facebook/m2m100_418M or t5-small",
+        ),
         "path": Field(
             str, None, "local directory holding the model (overrides the hub)", nullable=True, must_exist=True
         ),

@@ -18,7 +18,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from mtonnx.runtime import layout, layouts
+import numpy as np
+
+from mtonnx.runtime import families, layout, layouts
 
 RUNTIME_FILES = layout.VARIANT_FILES
 QUANTIZED_OPS = {"MatMulInteger", "DynamicQuantizeMatMul", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul"}
@@ -60,10 +62,15 @@ class Subject:
 
     @cached_property
     def reference(self):
-        """(PyTorch model, MarianTokenizer) of the source model."""
+        """(PyTorch model, tokenizer) of the source model."""
         from mtonnx.sources.models import load_pretrained
 
         return load_pretrained(self.model_dir)
+
+    @cached_property
+    def family(self) -> families.Family:
+        """The export's family (runtime.families), from its config.json."""
+        return families.of_dir(self.onnx_dir)
 
 
 def _has(*modules: str) -> bool:
@@ -172,7 +179,9 @@ def check_opset(s: Subject) -> Check:
 
 
 def check_generation(s: Subject) -> Check:
-    """The export's start, eos, pad, bad words and forced eos equal the source model's."""
+    """The export's start, eos, pad, bad words and forced first and last tokens equal the source model's, and the
+    source's follow its family: the start token it decodes from, pad banned where the family bans it, the
+    target-language token forced first where the family forces one."""
     name = "start, eos, pad, bad words"
     path = s.onnx_dir / "generation_config.json"
     if not path.is_file():
@@ -184,19 +193,48 @@ def check_generation(s: Subject) -> Check:
         )
     exported = json.loads(path.read_text())
     source = json.loads((s.model_dir / "generation_config.json").read_text())
-    keys = ("decoder_start_token_id", "eos_token_id", "pad_token_id", "bad_words_ids", "forced_eos_token_id")
+    keys = (
+        "decoder_start_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "bad_words_ids",
+        "forced_eos_token_id",
+        "forced_bos_token_id",
+    )
     differ = {k: (exported.get(k), source.get(k)) for k in keys if exported.get(k) != source.get(k)}
+    family = s.family
+    rules = family_rules(family, source)
     if differ:
         return Check(
             name,
             "fail",
             "; ".join(f"{k}: export {a} vs model {b}" for k, (a, b) in differ.items()),
-            "Marian starts decoding from pad (decoder_start_token_id = pad) and bans pad; use the model's config",
+            f"{family.label}: {'; '.join(rules)}; copy the source model's generation_config.json",
         )
-    pad = source.get("pad_token_id")
-    if source.get("decoder_start_token_id") != pad or [pad] not in (source.get("bad_words_ids") or []):
-        return Check(name, "warn", "source model is not Marian-shaped (start != pad or pad not banned)")
-    return Check(name, "ok", f"start = pad = {pad}, eos = {source['eos_token_id']}, pad banned")
+    broken = [rule for rule, holds in rules.items() if not holds]
+    if broken:
+        return Check(name, "warn", f"the source model is not shaped as {family.label} is: {'; '.join(broken)}")
+    start, eos = source.get("decoder_start_token_id"), source.get("eos_token_id")
+    forced = f", forced first {source['forced_bos_token_id']}" if family.forced_first_token else ""
+    banned = ", pad banned" if family.bans_pad else ""
+    return Check(name, "ok", f"start = {family.decoder_start} = {start}, eos = {eos}{forced}{banned}")
+
+
+def family_rules(family: families.Family, config: dict[str, Any]) -> dict[str, bool]:
+    """What a family's generation config must say, in words, and whether `config` says it: the token decoding starts
+    from, pad banned where the family bans it, the target-language token forced first where it forces one."""
+    pad, eos = config.get("pad_token_id"), config.get("eos_token_id")
+    rules = {
+        f"decoding starts from {family.decoder_start} (decoder_start_token_id)": config.get("decoder_start_token_id")
+        == {"pad": pad, "eos": eos}[family.decoder_start]
+    }
+    if family.bans_pad:
+        rules["pad is banned (bad_words_ids)"] = [pad] in (config.get("bad_words_ids") or [])
+    if family.forced_first_token:
+        rules["the target-language token is forced first (forced_bos_token_id)"] = (
+            config.get("forced_bos_token_id") is not None
+        )
+    return rules
 
 
 def check_vocab(s: Subject) -> Check:
@@ -207,22 +245,25 @@ def check_vocab(s: Subject) -> Check:
         Translator(s.onnx_dir, decoder=s.layout or "auto")
     except ModelDirError as err:
         return Check("tokenizer vocab = logits size", "fail", str(err), "use the vocab.json of the exported model")
-    return Check("tokenizer vocab = logits size", "ok", "vocab.json matches the logits dimension")
+    return Check("tokenizer vocab = logits size", "ok", "the tokenizer's ids match the logits dimension")
 
 
 def check_vocab_entries(s: Subject) -> Check:
-    """vocab.json has the source model's entries with the same ids (a shuffled table translates to garbage)."""
-    name = "vocab.json = the source model's"
-    exported = json.loads((s.onnx_dir / "vocab.json").read_text(encoding="utf-8"))
-    source = json.loads((s.model_dir / "vocab.json").read_text(encoding="utf-8"))
+    """The export's tokenizer has the source model's entries with the same ids (a shuffled table translates to
+    garbage), as the runtime reads both directories' tokenizer files."""
+    from mtonnx.runtime.tokenizer import load_tokenizer
+
+    name = "tokenizer vocabulary = the source model's"
+    exported, source = (load_tokenizer(d).encoder for d in (s.onnx_dir, s.model_dir))
     if exported == source:
         return Check(name, "ok", f"{len(source)} entries, same ids")
     moved = [piece for piece, i in source.items() if exported.get(piece) != i]
+    files = ", ".join(families.convention_of_dir(s.model_dir)[1].files)
     return Check(
         name,
         "fail",
         f"{len(moved)} of {len(source)} entries differ (e.g. {moved[:3]})",
-        "copy vocab.json (and the .spm files) from the model the export was made from",
+        f"copy the tokenizer files ({files}) from the model the export was made from",
     )
 
 
@@ -276,21 +317,99 @@ def check_merged(s: Subject) -> Check:
 
 
 def check_parity(s: Subject) -> Check:
-    """Every output within `tolerance` of PyTorch at two unseen shapes (a warning for int8/fp16)."""
-    from mtonnx.check.parity import CASES, file_parity
+    """Every output within `tolerance` of PyTorch at two unseen shapes (a warning for int8/fp16); a decoder whose
+    logits are PyTorch's times the inverse of the family's head rescale is named (T5's tied lm_head read without
+    it)."""
+    from mtonnx.check.parity import CASES, file_parity, logits_ratio
+    from mtonnx.export.wrappers import head_scale
 
-    result = file_parity(s.reference[0], s.onnx_dir, tolerance=s.tolerance, cases=CASES[:2], files=list(RUNTIME_FILES))
-    worst = max(f["max_abs_diff"] for f in result["files"].values())
+    model = s.reference[0]
+    result = file_parity(model, s.onnx_dir, tolerance=s.tolerance, cases=CASES[:2], files=list(RUNTIME_FILES))
+    worst = max(f["max_scaled_diff"] for f in result["files"].values())
     if result["pass"]:
-        return Check("logits parity at two shapes", "ok", f"max |diff| {worst:.1e} <= {s.tolerance}")
+        return Check("logits parity at two shapes", "ok", f"max |diff| / scale {worst:.1e} <= {s.tolerance}")
     kind = precision(s.graphs)
     status = "warn" if kind != "fp32" else "fail"
-    return Check(
-        "logits parity at two shapes",
-        status,
-        f"max |diff| {worst:.2e} > {s.tolerance} ({kind})",
-        "" if status == "warn" else "re-export in eval mode with final_logits_bias; check the wrappers",
-    )
+    evidence = f"max |diff| / scale {worst:.2e} > {s.tolerance} ({kind})"
+    scale = head_scale(model)
+    if scale != 1.0 and abs(logits_ratio(model, s.onnx_dir) * scale - 1) < 1e-3:
+        return Check(
+            "logits parity at two shapes",
+            "fail",
+            f"{evidence}: the logits are {1 / scale:g} times PyTorch's, the tied lm_head reads the decoder output "
+            f"without {s.family.label}'s rescale by d_model**-0.5",
+            "multiply the decoder output by d_model**-0.5 before a tied lm_head (export.wrappers does)",
+        )
+    fix = "re-export in eval mode with the family's logits head (export.wrappers); check the wrappers"
+    return Check("logits parity at two shapes", status, evidence, "" if status == "warn" else fix)
+
+
+def check_padding(s: Subject) -> Check:
+    """A sentence padded into a batch, on each side its family's positions allow (runtime.families), encodes as it
+    does alone: the positions follow the padding (M2M100's come from the ids) and nothing was frozen at the export
+    sample's length (T5's relative position bias). Quantized files are skipped: their activation scale spans the
+    batch, so a padded row moves in its last bits."""
+    from mtonnx.runtime.sessions import make_session
+    from mtonnx.runtime.tokenizer import load_tokenizer
+
+    name = "padding keeps a sentence's encoding"
+    kind = precision(s.graphs)
+    if kind != "fp32":
+        return Check(name, "skip", f"{kind}: the activation scale spans the batch, a padded row moves")
+    family = s.family
+    tokenizer = load_tokenizer(s.onnx_dir)
+    rows = [tokenizer.encode(f"{family.source_prefix} {text}".strip()) for text in _short_and_long()]
+    encoder = make_session(s.onnx_dir / layout.ENCODER)
+
+    def encode(side: str) -> np.ndarray:
+        """Row 0's encoding at its real positions, in a batch padded on `side` ("alone": row 0 by itself)."""
+        batch = rows[:1] if side == "alone" else rows
+        width = max(len(r) for r in batch)
+        ids = np.full((len(batch), width), tokenizer.pad_token_id, dtype=np.int64)
+        mask = np.zeros_like(ids)
+        for i, row in enumerate(batch):
+            span = slice(width - len(row), width) if side == "left" else slice(0, len(row))
+            ids[i, span], mask[i, span] = row, 1
+        hidden = encoder.run(["last_hidden_state"], {"input_ids": ids, "attention_mask": mask})[0]
+        return hidden[0][mask[0] == 1]
+
+    try:
+        alone = encode("alone")
+        scale = max(1.0, float(np.abs(alone).max()))
+        worst = {side: float(np.abs(encode(side) - alone).max()) / scale for side in family.padding_invariant()}
+    except Exception as err:  # ORT refuses the other length: a shape frozen at the export sample's
+        return Check(
+            name,
+            "fail",
+            f"{layout.ENCODER} fails on a source of {len(rows[0])} or {len(rows[1])} tokens "
+            f"({type(err).__name__}: {' '.join(str(err).split())[:160]}): {frozen_cause(family)}",
+            "export with every length dynamic and nothing computed from the example's shape in Python",
+        )
+    bad = {side: diff for side, diff in worst.items() if diff > s.tolerance}
+    if bad:
+        return Check(
+            name,
+            "fail",
+            "; ".join(f"{side}-padded: max |diff| / scale {diff:.1e} from batch 1" for side, diff in bad.items())
+            + f": {family.label}'s positions are {families.POSITIONS[family.positions]}",
+            "compute the positions as the model does (export.wrappers keeps the model's own code)",
+        )
+    return Check(name, "ok", ", ".join(f"{side}-padded = batch 1" for side in worst))
+
+
+def frozen_cause(family: families.Family) -> str:
+    """What a shape frozen at the export's length points to in this family."""
+    if family.positions == "relative buckets":
+        return "the relative position bias was traced at the export sample's length"
+    return "a shape was frozen at the export sample's"
+
+
+def _short_and_long() -> tuple[str, str]:
+    """The shortest and the longest of a few evaluation sentences (the short one gets padded)."""
+    from mtonnx import data
+
+    pairs = sorted(data.eval_set({"hsk_size": 4, "techdocs_size": 2, "eval_split": "test"}), key=lambda p: len(p.en))
+    return pairs[0].en, pairs[-1].en
 
 
 def check_greedy(s: Subject) -> Check:
@@ -305,7 +424,14 @@ def check_greedy(s: Subject) -> Check:
         model, tokenizer = s.reference
         translator = Translator(s.onnx_dir, decoder=s.layout or "auto")
         result = runtime_parity(
-            translator, model, tokenizer, sentences, num_beams=1, batch_size=len(sentences), max_new_tokens=16
+            translator,
+            model,
+            tokenizer,
+            sentences,
+            num_beams=1,
+            batch_size=len(sentences),
+            max_new_tokens=16,
+            source_prefix=s.family.source_prefix,
         )
     except Exception as err:  # e.g. int32 inputs: the runtime's int64 feeds are rejected
         return Check(
@@ -335,6 +461,7 @@ CHECKS: list[tuple[Callable[[Subject], Check], bool, tuple[str, ...]]] = [
     (check_training_ops, False, ("onnx",)),
     (check_quantized_lm_head, False, ("onnx",)),
     (check_merged, False, ("onnx",)),
+    (check_padding, False, ("onnx",)),
     (check_parity, True, ("onnx", "torch", "transformers")),
     (check_greedy, True, ("torch", "transformers")),
 ]
@@ -366,7 +493,11 @@ def source_problem(model_dir: Path | None) -> str | None:
         return "no source model given, and the export's manifest names none that exists here"
     if not model_dir.is_dir():
         return f"{model_dir} does not exist"
-    missing = [f for f in ("config.json", "generation_config.json", "vocab.json") if not (model_dir / f).is_file()]
+    try:
+        files = families.convention_of_dir(model_dir)[1].files
+    except ValueError as err:
+        return f"{model_dir}: {err}"
+    missing = [f for f in ("config.json", "generation_config.json", *files) if not (model_dir / f).is_file()]
     return f"{model_dir} has no {', '.join(missing)}" if missing else None
 
 

@@ -13,7 +13,7 @@ import onnx
 from mtonnx.check.parity import session
 from mtonnx.export.manual import error_summary, export_subgraph, load_for_export
 from mtonnx.export.samples import EXPORT_CASE, SampleInputs
-from mtonnx.export.wrappers import subgraphs
+from mtonnx.export.wrappers import decoder_layers, subgraphs
 from mtonnx.measure.timing import interleaved
 from mtonnx.params import DEFAULT_EXPORTER, DEFAULT_OPSET, EXPORTERS
 from mtonnx.runtime import layout
@@ -25,7 +25,7 @@ def static_axes(
     """Export the encoder without dynamic axes, then feed it a sentence of another length."""
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    encoder = subgraphs(model.config.decoder_layers)[0]
+    encoder = subgraphs(decoder_layers(model))[0]
     spec = dataclasses.replace(encoder, dynamic_axes={name: {} for name in encoder.inputs})
     sample = SampleInputs(model, EXPORT_CASE)
     path = work_dir / "encoder_static.onnx"
@@ -153,7 +153,7 @@ def training_mode_export(model_dir: str | Path, work_dir: str | Path, opset: int
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     model = load_for_export(model_dir)
-    spec = subgraphs(model.config.decoder_layers)[0]
+    spec = subgraphs(decoder_layers(model))[0]
     sample = SampleInputs(model, EXPORT_CASE)
     model.train()
     out = {}
@@ -203,13 +203,20 @@ def padding_strategies(translator, sentences: list[str], length: int = 64, max_n
     }
 
 
-def target_language_token(translator, sentence: str, token: str = ">>cmn_Hans<<") -> dict[str, Any]:
-    """Token ids and translation with and without the target-language token opus-mt-en-zh's card requires."""
-    with_token, without = translator.tokenizer.encode(f"{token} {sentence}"), translator.tokenizer.encode(sentence)
+def source_prefix_effect(translator, sentence: str, prefix: str) -> dict[str, Any]:
+    """Token ids and translation with and without the text a published checkpoint expects in front of a source
+    (runtime.families: opus-mt-en-zh's target-language token, T5's task prefix)."""
+    with_prefix, without = translator.tokenizer.encode(f"{prefix} {sentence}"), translator.tokenizer.encode(sentence)
     return {
         "ids_without": without,
-        "ids_with": with_token,
-        "token_id": translator.tokenizer.encoder.get(token),
+        "ids_with": with_prefix,
+        "prefix_ids": translator.tokenizer.encode(prefix)[:-1],  # without eos
         "translation_without": translator.translate([sentence], max_new_tokens=24)[0],
-        "translation_with": translator.translate([sentence], source_prefix=token, max_new_tokens=24)[0],
+        "translation_with": translator.translate([sentence], source_prefix=prefix, max_new_tokens=24)[0],
     }
+
+
+def other_start_token(settings) -> int:
+    """A wrong decoder start token for these settings: eos where decoding starts from another token, else pad."""
+    start = settings.decoder_start_token_id
+    return settings.eos_token_id if start != settings.eos_token_id else settings.pad_token_id

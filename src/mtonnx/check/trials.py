@@ -9,27 +9,37 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.check import parity
-from mtonnx.export.manual import error_summary, export_subgraph, load_for_export
+from mtonnx.export.manual import error_summary, export_subgraph, load_for_export, supports
 from mtonnx.export.samples import EXPORT_CASE, SampleInputs
-from mtonnx.export.wrappers import subgraphs
+from mtonnx.export.wrappers import decoder_layers, subgraphs
 from mtonnx.params import DEFAULT_OPSET
 from mtonnx.passes import graphinfo
 
 CONFIGS = (("torchscript", "sdpa"), ("dynamo", "sdpa"), ("dynamo", "eager"))
 
 
+def default_attention(model_dir: str | Path) -> str:
+    """The attention implementation transformers loads the model with by default: sdpa where its class has it (Marian,
+    M2M100), else eager (T5)."""
+    return "sdpa" if supports(model_dir, "sdpa") else "eager"
+
+
 def try_exporters(
     model_dir: str | Path, reference, configs=CONFIGS, opset: int = DEFAULT_OPSET, tolerance: float = 1e-4
 ) -> list[dict[str, Any]]:
-    """One row per (exporter, attention implementation, file); `reference` is the PyTorch model to match."""
+    """One row per (exporter, attention implementation, file); `reference` is the PyTorch model to match. For a model
+    without sdpa attention (T5) each exporter is tried with its default (eager) attention instead."""
     rows = []
     config = reference.config
+    specs = subgraphs(decoder_layers(reference))
+    default = default_attention(model_dir)
+    configs = list(dict.fromkeys((e, a if supports(model_dir, a) else default) for e, a in configs))
     for exporter, attention in configs:
         model = load_for_export(model_dir, attention)
         sample = SampleInputs(model, EXPORT_CASE)
         work = Path(tempfile.mkdtemp(prefix=f"mtonnx-{exporter}-{attention}-"))
         try:
-            for spec in subgraphs(config.decoder_layers):
+            for spec in specs:
                 row = {"exporter": exporter, "attention": attention, "file": spec.file}
                 try:
                     done = export_subgraph(model, spec, sample, work / spec.file, exporter, opset)

@@ -1,4 +1,5 @@
-"""Export a Marian model by hand with `torch.onnx.export`: the subgraphs of export.wrappers, one generic step.
+"""Export a model of any family (runtime.families) by hand with `torch.onnx.export`: the subgraphs of
+export.wrappers, one generic step.
 
 Each file is exported, checked with onnx.checker and described in the export manifest (layout.EXPORT_MANIFEST:
 inputs/outputs with dtypes and symbolic shapes, opset, exporter, versions, config hash); the files are written
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 
 from mtonnx.export.samples import EXPORT_CASE, SampleInputs
-from mtonnx.export.wrappers import Subgraph, subgraphs
+from mtonnx.export.wrappers import Subgraph, decoder_layers, subgraphs
 from mtonnx.foundation import buildkey
 from mtonnx.foundation.files import staged_dir
 from mtonnx.params import DEFAULT_EXPORTER, DEFAULT_OPSET, EXPORTERS
@@ -38,11 +39,25 @@ class ExportError(RuntimeError):
     """An export that cannot be done as asked; str() says why and what to do."""
 
 
-def load_for_export(model_dir: str | Path, attention: str = "sdpa"):
-    """The model in eval mode with the given attention implementation ("sdpa" is transformers' default)."""
-    from transformers import MarianMTModel
+def load_for_export(model_dir: str | Path, attention: str | None = None):
+    """The model of its family's class in eval mode, with the given attention implementation (None: transformers'
+    default, sdpa where the model has it, as Marian and M2M100 do; T5 has eager only)."""
+    import transformers
 
-    return MarianMTModel.from_pretrained(model_dir, attn_implementation=attention).eval()
+    from mtonnx.runtime import families
+
+    architecture = getattr(transformers, families.of_dir(model_dir).architecture)
+    return architecture.from_pretrained(model_dir, attn_implementation=attention).eval()
+
+
+def supports(model_dir: str | Path, attention: str) -> bool:
+    """Whether the model's class has this attention implementation (transformers refuses to load it otherwise)."""
+    import transformers
+
+    from mtonnx.runtime import families
+
+    architecture = getattr(transformers, families.of_dir(model_dir).architecture)
+    return attention == "eager" or bool(getattr(architecture, f"_supports_{attention}", False))
 
 
 def export_manual(
@@ -50,7 +65,7 @@ def export_manual(
     out_dir: str | Path,
     exporter: str = DEFAULT_EXPORTER,
     opset: int = DEFAULT_OPSET,
-    attention: str = "sdpa",
+    attention: str | None = None,
     files: list[str] | None = None,
 ) -> dict[str, Any]:
     """Export `model_dir` into `out_dir` (replaced atomically); returns the manifest."""
@@ -90,7 +105,7 @@ def export_model(
 ) -> dict[str, Any]:
     """Export an in-memory model; refuses training mode, checks every file, moves the dir into place."""
     check_request(model, exporter, opset)
-    specs = [s for s in subgraphs(model.config.decoder_layers) if files is None or s.file in files]
+    specs = [s for s in subgraphs(decoder_layers(model)) if files is None or s.file in files]
     with staged_dir(out_dir) as tmp:
         sample = SampleInputs(model, EXPORT_CASE)
         entries = {spec.file: export_subgraph(model, spec, sample, tmp / spec.file, exporter, opset) for spec in specs}

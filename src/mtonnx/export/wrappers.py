@@ -1,7 +1,9 @@
 """The hand export's subgraphs, described declaratively: one `Subgraph` per file (wrapper module, input/output
 names, dynamic axes, sample inputs) drives one generic export step, in the style of optimum's exporters.
 
-Each wrapper is a few lines around the Hugging Face modules; the cache names come from runtime.layout.
+Each wrapper is a few lines around the Hugging Face modules, the same for every family; what differs between
+families after the decoder (T5's rescale before a tied lm_head, Marian's final_logits_bias) comes from the family's
+description (runtime.families); the cache names come from runtime.layout.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from torch import nn
 from transformers.cache_utils import EncoderDecoderCache
 
 from mtonnx.export.samples import SampleInputs
-from mtonnx.runtime import layout
+from mtonnx.runtime import families, layout
 
 
 class EncoderModel(nn.Module):
@@ -29,14 +31,41 @@ class EncoderModel(nn.Module):
         return self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
 
 
+def family_of(model) -> families.Family:
+    """The family (runtime.families) of a transformers model."""
+    return families.of_type(model.config.model_type)
+
+
+def decoder_layers(model) -> int:
+    """The model's decoder layers, read through its family's config key."""
+    return getattr(model.config, family_of(model).decoder_layers)
+
+
+def head_scale(model) -> float:
+    """What the decoder output is multiplied by before lm_head: d_model**-0.5 for a family that rescales before a
+    tied head (T5) when the head is tied, else 1."""
+    tied = family_of(model).rescale_tied_head and model.config.tie_word_embeddings
+    return model.config.d_model**-0.5 if tied else 1.0
+
+
+def logits(model, hidden):
+    """The model's logits from the decoder's last hidden state, as its ForConditionalGeneration computes them."""
+    scale = head_scale(model)
+    out = model.lm_head(hidden * scale if scale != 1.0 else hidden)
+    return out + model.final_logits_bias if family_of(model).final_logits_bias else out
+
+
 class _LogitsHead(nn.Module):
-    """lm_head plus final_logits_bias: what MarianMTModel adds after the decoder."""
+    """The decoder and what the model adds after it: lm_head (after the family's rescale, if any) and the family's
+    final_logits_bias, if any."""
 
     def __init__(self, model):
         super().__init__()
         self.decoder = model.get_decoder()
         self.lm_head = model.lm_head
-        self.register_buffer("final_logits_bias", model.final_logits_bias, persistent=False)
+        self.scale = head_scale(model)
+        bias = model.final_logits_bias if family_of(model).final_logits_bias else None
+        self.register_buffer("final_logits_bias", bias, persistent=False)
 
     def step(self, input_ids, hidden, mask, kinds: tuple[str, ...], past_key_values=None) -> tuple:
         """One decoder call: (logits, *each layer's present `kinds`, in layout.KV order)."""
@@ -52,7 +81,8 @@ class _LogitsHead(nn.Module):
         return (self.logits(out.last_hidden_state), *present)
 
     def logits(self, hidden):
-        return self.lm_head(hidden) + self.final_logits_bias
+        out = self.lm_head(hidden * self.scale if self.scale != 1.0 else hidden)
+        return out if self.final_logits_bias is None else out + self.final_logits_bias
 
 
 class DecoderModel(_LogitsHead):

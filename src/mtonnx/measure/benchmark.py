@@ -19,7 +19,7 @@ from mtonnx import data
 from mtonnx.foundation.files import staged_dir
 from mtonnx.measure import peers, restriction, step_bytes, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
-from mtonnx.runtime import MarianSpmTokenizer
+from mtonnx.runtime import load_tokenizer
 from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.sources import train
 from mtonnx.variants.shortlist import learn_shortlist, vmap_text
@@ -68,7 +68,7 @@ def shortlist(paths: peers.Paths, run_dir: Path, params: dict[str, Any], engines
     from mtonnx.variants import registry
 
     b, prefix = params["bench"], params["model"]["source_prefix"]
-    tokenizer = MarianSpmTokenizer(paths.int8_tuned)
+    tokenizer = load_tokenizer(paths.int8_tuned)
     pairs = train.training_pairs(train.RECIPE)
     learned = learn_shortlist(pairs, tokenizer, b["shortlist_frequent"], b["shortlist_per_source"], prefix)
     variants = Path(paths.int8_tuned).parent

@@ -174,7 +174,7 @@ class Engine:
     def _load_ct2(self, directory: str | None = None) -> None:
         import ctranslate2
 
-        from mtonnx.runtime import MarianSpmTokenizer
+        from mtonnx.runtime import load_tokenizer
 
         directory = directory or (self.paths.ct2_int8 if self.precision == "int8" else self.paths.ct2_fp32)
         self.model = ctranslate2.Translator(
@@ -184,7 +184,7 @@ class Engine:
             inter_threads=1,
             compute_type="int8" if self.precision == "int8" else "float32",
         )
-        tokenizer = MarianSpmTokenizer(self.paths.fp32_export)
+        tokenizer = load_tokenizer(self.paths.fp32_export)
         self.pieces = tokenizer.decoder
 
     def corpus(self, rows: list[list[int]], beams: int, tokens: int, batch: int) -> int:
@@ -353,7 +353,7 @@ def contenders(
 
     import torch
 
-    from mtonnx.runtime import MarianSpmTokenizer
+    from mtonnx.runtime import GenerationSettings, load_tokenizer
     from mtonnx.sources.models import load_pretrained
     from mtonnx.sources.reference import batch as tokenized
 
@@ -375,13 +375,17 @@ def contenders(
         translator = ctranslate2.Translator(
             str(target), device="cpu", intra_threads=threads, inter_threads=1, compute_type="int8"
         )
-        tokenizer = MarianSpmTokenizer(tokenizer_dir)
+        tokenizer = load_tokenizer(tokenizer_dir)
+        forced = GenerationSettings.from_dir(tokenizer_dir).forced_bos_token_id  # M2M100's target language
 
         def ct2(sentences: list[str], beams: int) -> Any:
             source = [
                 [tokenizer.decoder[i] for i in tokenizer.encode(f"{source_prefix} {s}".strip())] for s in sentences
             ]
-            return translator.translate_batch(source, beam_size=beams, max_decoding_length=max_new_tokens)
+            prefix = [[tokenizer.decoder[forced]]] * len(source) if forced is not None else None
+            return translator.translate_batch(
+                source, target_prefix=prefix, beam_size=beams, max_decoding_length=max_new_tokens
+            )
 
         out["ct2-int8"] = ct2
     return out

@@ -72,9 +72,9 @@ class Bench:
     @cached_property
     def rows(self) -> list[list[int]]:
         """The evaluation set as token ids (the same for every engine: tokenization is never timed)."""
-        from mtonnx.runtime import MarianSpmTokenizer
+        from mtonnx.runtime import load_tokenizer
 
-        tokenizer, prefix = MarianSpmTokenizer(self.paths.fp32_export), self.params["model"]["source_prefix"]
+        tokenizer, prefix = load_tokenizer(self.paths.fp32_export), self.params["model"]["source_prefix"]
         return [tokenizer.encode(f"{prefix} {p.en}".strip()) for p in data.eval_set(self.params["data"])]
 
     @property

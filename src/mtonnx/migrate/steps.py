@@ -294,17 +294,17 @@ def variants(m: Migration) -> dict[str, Any]:
     if not m.only_fp32:
         p, config = m.params, json.loads((m.export_dir / "config.json").read_text(encoding="utf-8"))
         calibration = data.calibration_set(p["data"])
-        from mtonnx.runtime import MarianSpmTokenizer
+        from mtonnx.runtime import families, load_tokenizer
 
         shortlist = learn_shortlist(
             train.training_pairs(train.RECIPE),
-            MarianSpmTokenizer(m.export_dir),
+            load_tokenizer(m.export_dir),
             p["bench"]["shortlist_frequent"],
             p["bench"]["shortlist_per_source"],
             p["model"]["source_prefix"],
         )
         inputs = registry.Inputs(
-            config["encoder_attention_heads"],
+            config[families.of_dir(m.export_dir).decoder_heads],
             config["d_model"],
             capture_feeds(m.export_dir, calibration, max_new_tokens=p["quant"]["calibration_tokens"]),
             {"sentences": calibration, "tokens": p["quant"]["calibration_tokens"]},

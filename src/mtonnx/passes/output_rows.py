@@ -19,7 +19,7 @@ from onnx import helper, numpy_helper
 
 from mtonnx.passes.graph import consumers_and_producers
 from mtonnx.runtime import layout
-from mtonnx.runtime.tokenizer import MarianSpmTokenizer
+from mtonnx.runtime.tokenizer import load_tokenizer
 
 MATMULS = ("MatMul", "MatMulInteger")
 
@@ -27,7 +27,7 @@ MATMULS = ("MatMul", "MatMulInteger")
 def target_rows(model_dir: str | Path) -> list[int]:
     """vocab.json ids of the pieces the target sentencepiece model has, plus every special token, ascending (the
     runtime's tokenizer reads the files, as the translations will)."""
-    tokenizer = MarianSpmTokenizer(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     target = tokenizer.target
     pieces = {target.id_to_piece(i) for i in range(target.get_piece_size())} | set(tokenizer.special_tokens)
     return sorted(i for piece, i in tokenizer.encoder.items() if piece in pieces)

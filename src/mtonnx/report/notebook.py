@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx import params as params_module
-from mtonnx.runtime import SessionSettings, layout
+from mtonnx.runtime import SessionSettings, families, layout
 from mtonnx.sources import models
 
 
@@ -71,13 +71,18 @@ class Context:
 
     @cached_property
     def config(self):
-        """The model's MarianConfig, read from config.json (no weights loaded)."""
-        from transformers import MarianConfig
+        """The model's config (its family's class), read from config.json (no weights loaded)."""
+        from transformers import AutoConfig
 
-        return MarianConfig.from_pretrained(self.model_dir)
+        return AutoConfig.from_pretrained(self.model_dir)
+
+    @cached_property
+    def family(self) -> families.Family:
+        """The model's family (runtime.families): what differs from Marian, M2M100/NLLB to T5."""
+        return families.of_dir(self.model_dir)
 
     def load_model(self):
-        """(MarianMTModel in eval mode, MarianTokenizer): the PyTorch reference."""
+        """(model in eval mode, tokenizer) of the model's family: the PyTorch reference."""
         return models.load_pretrained(self.model_dir)
 
     def baseline(self) -> dict[str, Any]:

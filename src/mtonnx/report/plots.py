@@ -62,8 +62,9 @@ def grouped_bars(
     return fig
 
 
-def decoding_flow():
-    """Which outputs feed which inputs: the encoder once, decoder_model at step 1, decoder_with_past at step t."""
+def decoding_flow(start: str = "pad"):
+    """Which outputs feed which inputs: the encoder once, decoder_model at step 1 (fed the decoder start token, `start`
+    in the model's family), decoder_with_past at step t."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     fig, ax = plt.subplots(figsize=(11, 5.2))
@@ -94,7 +95,7 @@ def decoding_flow():
     arrow((1.8, 2.7), (2.4, 2.7), "ids, mask")
     arrow((4.2, 2.9), (5.0, 4.1), "encoder_hidden_states\n+ encoder_attention_mask", dy=0.3, dx=-0.9)
     arrow((4.2, 2.5), (5.0, 1.0), "encoder_attention_mask", dy=-0.3, dx=-0.9)
-    ax.text(6.0, 4.95, "input_ids = decoder_start_token_id (pad)", fontsize=7.5, ha="center")
+    ax.text(6.0, 4.95, f"input_ids = decoder_start_token_id ({start})", fontsize=7.5, ha="center")
     arrow(
         (6.0, 3.8),
         (6.0, 1.4),

@@ -13,6 +13,7 @@ _WHERE = {
     "GenerationSettings": "decoding",
     "SessionSettings": "sessions",
     "MarianSpmTokenizer": "tokenizer",
+    "load_tokenizer": "tokenizer",
     "ModelDirError": "translator",
     "SearchGraph": "search_graph",
     "Translator": "translator",

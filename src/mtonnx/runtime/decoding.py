@@ -1,8 +1,9 @@
 """Greedy and beam search in numpy, with Hugging Face `generate`'s semantics, over any step function.
 
 Ours because it is the lesson. The rules are transformers 4.57's, so outputs are token-identical:
-- logits processors: bad_words_ids (single tokens) -> -inf, eos -> -inf below min_length, and at the last
-  allowed position every token but eos -> -inf (forced_eos_token_id);
+- logits processors: bad_words_ids (single tokens) -> -inf, eos -> -inf below min_length, at the first generated
+  position every token but forced_bos_token_id -> -inf (M2M100/NLLB's target-language token), and at the last
+  allowed position every token but eos -> -inf (forced_eos_token_id; it wins when both fall on one step);
 - greedy: argmax of the processed logits; finished rows continue with pad until all rows are done;
 - beam search (transformers' vectorized version): log-softmax, processors, add running scores, keep the
   top 2*beams continuations, the top `beams` of those not hitting eos/max length keep running, those
@@ -53,6 +54,7 @@ class GenerationSettings:
     early_stopping: bool | str = False
     bad_token_ids: tuple[int, ...] = ()
     forced_eos_token_id: int | None = None
+    forced_bos_token_id: int | None = None  # the first generated token (M2M100/NLLB: the target language's)
     screen_candidates: bool = True  # beam search: score only the candidates that can win (False: score all)
     search_head: bool = True  # beam search: top log-probabilities from the search head, if the run has one (Run)
     retire_finished: bool = True  # stop decoding the rows of done sentences (False: every row to the end, as generate)
@@ -83,6 +85,7 @@ class GenerationSettings:
             early_stopping=config.get("early_stopping", False),
             bad_token_ids=tuple(words[0] for words in bad),
             forced_eos_token_id=config.get("forced_eos_token_id"),
+            forced_bos_token_id=config.get("forced_bos_token_id"),
         )
         if not path.is_file():
             taken = ", ".join(
@@ -126,9 +129,12 @@ class Run(Protocol):
         retired sentences (all beams of each) and are decoded no more."""
 
 
-def _forced(cur_len: int, s: GenerationSettings) -> bool:
-    """The last allowed position, where forced_eos_token_id leaves only eos."""
-    return s.forced_eos_token_id is not None and cur_len == s.max_length - 1
+def _forced(cur_len: int, s: GenerationSettings) -> int | None:
+    """The one token a step allows, if it allows one: eos at the last allowed position (forced_eos_token_id), else
+    forced_bos_token_id at the first generated one (generate applies the forced-eos processor after the other)."""
+    if s.forced_eos_token_id is not None and cur_len == s.max_length - 1:
+        return s.forced_eos_token_id
+    return s.forced_bos_token_id if cur_len == 1 else None
 
 
 def _banned(cur_len: int, s: GenerationSettings) -> list[int]:
@@ -137,13 +143,14 @@ def _banned(cur_len: int, s: GenerationSettings) -> list[int]:
 
 
 def process(scores: np.ndarray, cur_len: int, s: GenerationSettings) -> np.ndarray:
-    """The logits processors generate() applies for Marian, in place; cur_len counts the start token."""
+    """The logits processors generate() applies for these models, in place; cur_len counts the start token."""
     banned = _banned(cur_len, s)
     if banned:
         scores[:, banned] = -np.inf
-    if _forced(cur_len, s):
+    forced = _forced(cur_len, s)
+    if forced is not None:
         scores[:] = -np.inf
-        scores[:, s.forced_eos_token_id] = 0.0
+        scores[:, forced] = 0.0
     return scores
 
 
@@ -201,7 +208,7 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
     head = s.search_head and getattr(run, "has_head", False)
     while True:
         banned = _banned(cur_len, s)
-        if head and not _forced(cur_len, s) and run.vocab - len(banned) >= keep:
+        if head and _forced(cur_len, s) is None and run.vocab - len(banned) >= keep:
             top = run.step_top(tokens[::k] if narrow else tokens, keep + len(banned))
             scored = running_scores[:, :1] if narrow else running_scores  # as below: all beams extend beam 0
             vocab, narrow = run.vocab, False
@@ -211,7 +218,9 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
             vocab = logits.shape[-1]
             scored = running_scores
             if narrow:  # beams 1.. start at -1e9: the top 2*beams continuations all extend beam 0 (row = sentence) ...
-                if _forced(cur_len, s) or vocab - len(banned) < keep:  # ... unless too few tokens are allowed
+                if (
+                    _forced(cur_len, s) is not None or vocab - len(banned) < keep
+                ):  # ... unless too few tokens are allowed
                     logits = np.repeat(logits, k, axis=0)
                 else:
                     scored = running_scores[:, :1]
@@ -280,14 +289,16 @@ def _candidates(
     Exactly what scoring every continuation and taking the top `keep` gives, without scoring them all:
     a continuation's score is a monotone function of its logit within a row, so the top of a sentence lies in
     the groups of 64 logits (strided) whose maximum scores highest; only the log-sum-exp needs a full pass.
-    The forced-eos step needs no scores at all (`_forced_candidates`); small vocabularies take the full path.
+    A forced step (one token allowed) needs no scores at all (`_forced_candidates`); small vocabularies take the
+    full path.
     """
     batch, beams = running_scores.shape
     rows, vocab = logits.shape
     groups = vocab // GROUP
-    if _forced(cur_len, s):
+    forced = _forced(cur_len, s)
+    if forced is not None:
         if s.screen_candidates:
-            return _forced_candidates(running_scores, vocab, s.forced_eos_token_id, keep)
+            return _forced_candidates(running_scores, vocab, forced, keep)
         return _candidates_full(logits, running_scores, cur_len, s, scratch, keep)
     if not s.screen_candidates or groups < 4 * keep:
         return _candidates_full(logits, running_scores, cur_len, s, scratch, keep)
@@ -356,15 +367,15 @@ def _screen_indices(rows: int, vocab: int) -> tuple[np.ndarray, np.ndarray, np.n
     return arrays
 
 
-def _forced_candidates(running_scores: np.ndarray, vocab: int, eos: int, keep: int) -> tuple[np.ndarray, np.ndarray]:
-    """`_candidates` at the forced-eos step, where the processors leave every score -inf but eos's (0 + the running
-    score): only each beam's eos and the lowest flat indices (the -inf ties `_top_k` keeps) can be chosen, so
-    those few columns are ranked instead of log-softmaxing beams x vocabulary scores that are then thrown away."""
+def _forced_candidates(running_scores: np.ndarray, vocab: int, token: int, keep: int) -> tuple[np.ndarray, np.ndarray]:
+    """`_candidates` at a forced step, where the processors leave every score -inf but the forced token's (0 + the
+    running score): only each beam's forced token and the lowest flat indices (the -inf ties `_top_k` keeps) can be
+    chosen, so those few columns are ranked instead of log-softmaxing beams x vocabulary scores thrown away after."""
     batch, beams = running_scores.shape
-    eos_cols = np.arange(beams) * vocab + eos
-    cols = np.union1d(eos_cols, np.arange(keep + beams))  # ascending, so ties still go to the lower flat index
+    forced_cols = np.arange(beams) * vocab + token
+    cols = np.union1d(forced_cols, np.arange(keep + beams))  # ascending, so ties still go to the lower flat index
     values = np.full((batch, len(cols)), -np.inf, dtype=np.float32)
-    values[:, np.searchsorted(cols, eos_cols)] = running_scores
+    values[:, np.searchsorted(cols, forced_cols)] = running_scores
     pick = _top_k(values, keep)
     return cols[pick], np.take_along_axis(values, pick, axis=1)
 

@@ -7,6 +7,8 @@ Every other module imports these names; none spells them itself. The cache names
 
 from __future__ import annotations
 
+from mtonnx.runtime import families
+
 ENCODER = "encoder_model.onnx"
 DECODER = "decoder_model.onnx"  # the first step: computes every layer's cross-attention K/V
 DECODER_WITH_PAST = "decoder_with_past_model.onnx"  # every later step, one new token
@@ -29,14 +31,19 @@ DEPLOY_FACTS = "deploy.json"  # in deploy/: what the card was written from, the 
 EXPORT_MANIFEST = "export_manifest.json"
 VARIANT_MANIFEST = "variant_manifest.json"
 TRANSLATIONS = "translations.json"  # in a run's variants/: every variant's translations of the eval set
-TOKENIZER_FILES = ("vocab.json", "source.spm", "target.spm")
-# Copied next to the ONNX files so an export directory is all the runtime needs (as optimum does).
-MODEL_FILES = (
-    "config.json",
-    "generation_config.json",
-    *TOKENIZER_FILES,
-    "tokenizer_config.json",
-    "special_tokens_map.json",
+TOKENIZER_FILES = families.TOKENIZER_FILES  # every family's tokenizer files (a directory holds its own family's)
+# Copied next to the ONNX files (those the source has): an export directory is all the runtime needs (as in optimum).
+MODEL_FILES = tuple(
+    dict.fromkeys(
+        (
+            "config.json",
+            "generation_config.json",
+            *TOKENIZER_FILES,
+            "tokenizer_config.json",
+            "special_tokens_map.json",
+            "added_tokens.json",
+        )
+    )
 )
 
 HAND_EXPORT = (ENCODER, DECODER, DECODER_WITH_PAST, TRANSLATION_STEP)

@@ -48,7 +48,11 @@ class OutputRows:
             "decoder_start_token_id": s.decoder_start_token_id,
             "eos_token_id": s.eos_token_id,
             "pad_token_id": s.pad_token_id,
-            **({"forced_eos_token_id": s.forced_eos_token_id} if s.forced_eos_token_id is not None else {}),
+            **{
+                name: getattr(s, name)
+                for name in ("forced_eos_token_id", "forced_bos_token_id")
+                if getattr(s, name) is not None
+            },
         }
         columns = {name: self.column(i) for name, i in needed.items()}
         missing = [f"{name} {needed[name]}" for name, c in columns.items() if c is None]

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from mtonnx.runtime import decoding, heap, layout, layouts, segments
+from mtonnx.runtime import decoding, families, heap, layout, layouts, segments
 from mtonnx.runtime.decoding import GenerationSettings
 from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.runtime.sessions import SessionSettings, make_session
 from mtonnx.runtime.shortlist import Shortlist
-from mtonnx.runtime.tokenizer import MarianSpmTokenizer, pad
+from mtonnx.runtime.tokenizer import load_tokenizer, pad
 
 MAX_BATCH = 256  # sentences per model call at most: memory grows with it (a batch of 1000 held GBs)
 MAX_BEAMS = 64
@@ -53,7 +53,7 @@ class Translator:
     ):
         self.dir = Path(model_dir)
         self.layout = check_dir(self.dir, decoder)
-        self.tokenizer = _read(self.dir, "the tokenizer files", lambda: MarianSpmTokenizer(self.dir))
+        self.tokenizer = _read(self.dir, "the tokenizer files", lambda: load_tokenizer(self.dir))
         self.settings = _read(self.dir, "generation_config.json", lambda: GenerationSettings.from_dir(self.dir))
         self.max_positions = _read(self.dir, "config.json", lambda: max_positions(self.dir))
         self.output_rows = self._output_rows()
@@ -127,11 +127,17 @@ class Translator:
                     f"{self.tokenizer.vocab_size}) but the model's logits have {size}: rebuild the restricted variant "
                     "(mtonnx.variants.restricted)"
                 )
-        elif isinstance(size, int) and size != self.tokenizer.vocab_size:
+        elif isinstance(size, int) and size != self.tokenizer.vocab_size and not self._padded_vocab(size):
             raise ModelDirError(
                 f"{self.dir}: vocab.json has {self.tokenizer.vocab_size} entries but the model's logits have {size}: "
                 "the tokenizer files and the ONNX files come from different models"
             )
+
+    def _padded_vocab(self, size: int) -> bool:
+        """Logits wider than the tokenizer's ids because the model padded its embedding to a round size, as config.json
+        says (M2M100's and NLLB's 8 spare rows, T5's multiple of 128)."""
+        config = families.read_json(self.dir / "config.json")
+        return config.get("vocab_size") == size > self.tokenizer.vocab_size
 
     def generate(self, input_ids: np.ndarray, attention_mask: np.ndarray, **options) -> list[list[int]]:
         """Token ids per row (up to and including eos); options as generate(): num_beams, max_new_tokens, ...
@@ -308,11 +314,17 @@ def check_dir(directory: Path, decoder: str = "auto") -> str:
     directory = Path(directory)
     if not directory.is_dir():
         raise ModelDirError(f"{directory} is not a directory")
-    missing = [f for f in layout.TOKENIZER_FILES if not (directory / f).is_file()]
+    try:
+        family, convention = families.convention_of_dir(directory)
+    except ValueError as err:  # an unknown model_type or tokenizer_class, or a config.json that is not JSON
+        raise ModelDirError(f"{directory}: {err}") from None
+    missing = [f for f in convention.files if not (directory / f).is_file()]
     if not any((directory / f).is_file() for f in ("generation_config.json", "config.json")):
         missing.append("generation_config.json or config.json")
     if missing:
-        raise ModelDirError(f"{directory} is missing {', '.join(missing)}: not an exported Marian model directory")
+        raise ModelDirError(
+            f"{directory} is missing {', '.join(missing)}: not an exported {family.label} model directory"
+        )
     return pick_layout(directory, decoder)
 
 
@@ -329,10 +341,11 @@ def pick_layout(directory: Path, decoder: str = "auto") -> str:
 
 
 def max_positions(directory: Path) -> int:
-    """The model's positions: config.json's max_position_embeddings, else tokenizer_config.json's
-    model_max_length, else 512 (Marian's). A file that is not a JSON object, or a value that is not a whole number
-    of at least 2, is a ModelDirError naming the file and the key."""
-    for name, key in (("config.json", "max_position_embeddings"), ("tokenizer_config.json", "model_max_length")):
+    """The model's positions: config.json's key for them (the family's: max_position_embeddings, T5's n_positions),
+    else tokenizer_config.json's model_max_length, else 512. A file that is not a JSON object, or a value that is not
+    a whole number of at least 2, is a ModelDirError naming the file and the key."""
+    positions = families.of_dir(directory).positions_key
+    for name, key in (("config.json", positions), ("tokenizer_config.json", "model_max_length")):
         path = Path(directory) / name
         if not path.is_file():
             continue

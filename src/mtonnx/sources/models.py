@@ -3,10 +3,14 @@
 Every later step loads that directory with `from_pretrained`, exactly as it would load the real
 model. Sources:
 - `tiny`: a seeded random MarianMTModel with opus-mt-en-zh's architecture features, tiny sizes;
+- `tiny-m2m100`, `tiny-nllb`, `tiny-t5`: the same for the other families (runtime.families): m2m100_418M's
+  architecture with M2M100's or NLLB's tokenizer, t5-small's with T5's, their weights shaped so that a random model's
+  outputs vary with the input and end at varied lengths;
 - `opus-shape`: opus-mt-en-zh's exact config with random weights (speed and size at real scale);
 - `hsk-enzh`: the small model `mtonnx train` trained from packaged data, committed under the project root's
   models/ (the root comes from the params: `project_root`, or $MTONNX_PROJECT_ROOT);
-- anything else: a hub name (e.g. Helsinki-NLP/opus-mt-en-zh) or, with `path`, a local copy.
+- anything else: a hub name (e.g. Helsinki-NLP/opus-mt-en-zh, facebook/m2m100_418M, t5-small) or, with `path`, a
+  local copy.
 Built models are cached under `<cache>/<name>-<recipe hash>/`, built in a staging directory first.
 """
 
@@ -20,13 +24,27 @@ from typing import Any
 
 from mtonnx import data
 from mtonnx.foundation.files import staged_dir
+from mtonnx.runtime import families
+from mtonnx.sources import m2m100, t5
 from mtonnx.sources.marian import OPUS_MT_EN_ZH, new_marian
-from mtonnx.sources.tokenizer_build import write_marian_tokenizer
+from mtonnx.sources.tokenizer_build import write_m2m100_tokenizer, write_marian_tokenizer, write_t5_tokenizer
 
-REQUIRED_FILES = ("config.json", "source.spm", "target.spm", "vocab.json")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+# The real model whose config each family's recipes start from (a recipe's "family" key; Marian when it has none).
+BASES = {"marian": OPUS_MT_EN_ZH, "m2m_100": m2m100.M2M100_418M, "t5": t5.T5_SMALL}
 
-# name -> (config overrides on OPUS_MT_EN_ZH, source/target sentencepiece sizes, pad the vocab to)
+TINY_M2M100 = {
+    "d_model": 64,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+    "max_position_embeddings": 256,
+    "init_std": 2.0,
+}
+# name -> (its family, config overrides on the family's base, sentencepiece sizes, how the weights are shaped)
 RECIPES: dict[str, dict[str, Any]] = {
     "tiny": {
         "config": {
@@ -50,6 +68,34 @@ RECIPES: dict[str, dict[str, Any]] = {
         "config": {},
         "spm": {"source_vocab": 1000, "target_vocab": 2000, "pad_vocab_to": OPUS_MT_EN_ZH["vocab_size"]},
         "eos_logit_bias": 0.0,
+    },
+    **{
+        f"tiny-{name}": {
+            "family": "m2m_100",
+            "tokenizer": tokenizer,
+            "config": TINY_M2M100,
+            "spm": {"vocab_size": 3000},
+            # init_std 2.0, the table shrunk to 0.2 of it and eos's logit raised by 7.5 (m2m100.shape_weights): outputs
+            # vary with the input, few repeat a token, lengths spread from 1 to the limit (tests/test_families.py)
+            "shape": {"embedding_scale": 0.2, "eos_logit_bias": 7.5},
+        }
+        for name, tokenizer in (("m2m100", "M2M100Tokenizer"), ("nllb", "NllbTokenizer"))
+    },
+    "tiny-t5": {
+        "family": "t5",
+        "tokenizer": "T5Tokenizer",
+        "config": {
+            "d_model": 64,
+            "d_kv": 16,
+            "d_ff": 128,
+            "num_layers": 2,
+            "num_decoder_layers": 2,
+            "num_heads": 4,
+            "n_positions": 256,
+            "initializer_factor": 5.0,  # with the table shrunk to 0.1 and eos's row twice as long (t5.shape_weights)
+        },
+        "spm": {"vocab_size": 3000},
+        "shape": {"embedding_scale": 0.1, "eos_row_scale": 2.0},
     },
 }
 RECIPE_VERSION = 2  # bump when the build code changes what it writes
@@ -104,7 +150,8 @@ def trained_dir(name: str, project_root: str | Path | None) -> Path:
 
 def recipe_hash(name: str, seed: int) -> str:
     """A hash of everything that determines a built model's files."""
-    recipe = {"name": name, "seed": seed, "version": RECIPE_VERSION, "base": OPUS_MT_EN_ZH, **RECIPES[name]}
+    base = BASES[RECIPES[name].get("family", "marian")]
+    recipe = {"name": name, "seed": seed, "version": RECIPE_VERSION, "base": base, **RECIPES[name]}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -113,8 +160,10 @@ def build(name: str, cache_dir: Path, seed: int = 0) -> tuple[Path, bool]:
     target = cache_dir / f"{name}-{recipe_hash(name, seed)}"
     if (target / "config.json").is_file():
         return target, True
+    recipe = RECIPES[name]
+    builders = {"marian": build_random_marian, "m2m_100": build_random_m2m100, "t5": build_random_t5}
     with staged_dir(target, keep_existing=True) as tmp:  # a concurrent builder's identical result may be there
-        build_random_marian(tmp, RECIPES[name], seed)
+        builders[recipe.get("family", "marian")](tmp, recipe, seed)
     return target, False
 
 
@@ -146,6 +195,53 @@ def build_random_marian(out_dir: Path, recipe: dict[str, Any], seed: int) -> dic
     return vocab
 
 
+def build_random_m2m100(out_dir: Path, recipe: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Write an M2M100 or NLLB tokenizer and a seeded random-weight M2M100ForConditionalGeneration into `out_dir`."""
+    train = data.hsk_split("train")
+    convention = families.M2M100.convention(recipe["tokenizer"])
+    positions = recipe["config"]["max_position_embeddings"]
+    texts = [p.en for p in train] + [p.zh for p in train]
+    facts = write_m2m100_tokenizer(out_dir, texts, recipe["spm"]["vocab_size"], positions, convention)
+    model = m2m100.new_m2m100(recipe["config"], facts["vocab_size"], facts["target_language_id"], seed).eval()
+    unused = [i for i in facts["special_ids"] if i not in (facts["eos_id"], facts["pad_id"])]
+    m2m100.shape_weights(model, **recipe["shape"], unused_ids=unused + list(range(facts["vocab_size"], _rows(model))))
+    _save(model, out_dir, convention.classes[0], seed)
+    return facts
+
+
+def build_random_t5(out_dir: Path, recipe: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Write a T5 tokenizer (trained on English with the task prefix and Chinese) and a seeded random-weight
+    T5ForConditionalGeneration into `out_dir`."""
+    train = data.hsk_split("train")
+    convention = families.T5.convention(recipe["tokenizer"])
+    texts = [f"{families.T5.source_prefix} {p.en}" for p in train] + [p.zh for p in train]
+    facts = write_t5_tokenizer(out_dir, texts, recipe["spm"]["vocab_size"], recipe["config"]["n_positions"], convention)
+    model = t5.new_t5(recipe["config"], facts["vocab_size"], seed).eval()
+    unused = [i for i in facts["special_ids"] if i not in (facts["eos_id"], facts["pad_id"])]
+    t5.shape_weights(model, **recipe["shape"], unused_ids=unused)
+    _save(model, out_dir, convention.classes[0], seed)
+    return facts
+
+
+def _rows(model) -> int:
+    return model.get_input_embeddings().weight.shape[0]
+
+
+def _save(model, out_dir: Path, tokenizer: str, seed: int) -> None:
+    """The model's files and a README saying what it is (`tokenizer`: the transformers class that wrote its
+    tokenizer files)."""
+    model.save_pretrained(out_dir)
+    c = model.config
+    family = families.of_type(c.model_type)
+    layers = f"{c.get_text_config().num_hidden_layers}+{getattr(c, family.decoder_layers)} layers"
+    (out_dir / "README.md").write_text(
+        f"# Random-weight {family.label} ({c.d_model}d, {layers}, vocab {c.vocab_size})\n\nBuilt by mtonnx (random "
+        f"seed {seed}); weights are random, so translations are noise. {tokenizer} trained on the HSK train split of "
+        "hsk-sentences-audio (CC-BY-SA-4.0).\n",
+        encoding="utf-8",
+    )
+
+
 def training_report(directory: str | Path) -> dict[str, Any] | None:
     """The training_report.json `mtonnx train` leaves beside a trained model (None for other models)."""
     path = Path(directory) / "training_report.json"
@@ -153,23 +249,41 @@ def training_report(directory: str | Path) -> dict[str, Any] | None:
 
 
 def load_pretrained(directory: str | Path):
-    """(MarianMTModel in eval mode, MarianTokenizer) from a resolved model directory."""
-    from transformers import MarianMTModel, MarianTokenizer
+    """(model in eval mode, tokenizer) from a resolved model directory: the family's transformers classes
+    (runtime.families; the slow tokenizer, the one the runtime's mirrors)."""
+    import transformers
 
-    return MarianMTModel.from_pretrained(directory).eval(), MarianTokenizer.from_pretrained(directory)
+    family, convention = families.convention_of_dir(directory)
+    model = getattr(transformers, family.architecture).from_pretrained(directory).eval()
+    return model, getattr(transformers, convention.classes[0]).from_pretrained(directory)
 
 
 def check_model_dir(directory: Path) -> Path:
-    """A local model directory, checked for the files a Marian model needs."""
+    """A local model directory, checked for the files its family needs (and, for a family that forces the
+    target-language token first, that its generation_config.json says which)."""
     if not directory.is_dir():
         raise ModelSourceError(f"model directory {directory} does not exist")
-    missing = [f for f in REQUIRED_FILES if not (directory / f).is_file()]
+    try:
+        family, convention = families.convention_of_dir(directory)
+    except ValueError as err:
+        raise ModelSourceError(f"model directory {directory}: {err}") from None
+    missing = sorted(f for f in ("config.json", *convention.files) if not (directory / f).is_file())
     if not any((directory / f).is_file() for f in WEIGHT_FILES):
         missing.append(" or ".join(WEIGHT_FILES))
     if missing:
         raise ModelSourceError(
-            f"model directory {directory} is missing {', '.join(missing)}; it must hold a MarianMT model "
+            f"model directory {directory} is missing {', '.join(missing)}; it must hold a {family.label} model "
             "saved with save_pretrained (model and tokenizer)"
+        )
+    generation = families.read_json(directory / "generation_config.json")
+    if family.forced_first_token and generation.get("forced_bos_token_id") is None:
+        from mtonnx.runtime.tokenizer import load_tokenizer
+
+        token = convention.language_token.format(convention.target_language)
+        raise ModelSourceError(
+            f"{directory / 'generation_config.json'} has no forced_bos_token_id: {family.label} translates into the "
+            f'language whose token generate forces first; add "forced_bos_token_id": '
+            f"{load_tokenizer(directory).encoder[token]} (the id of {token}) to it"
         )
     return directory
 
@@ -178,7 +292,7 @@ def _from_hub(name: str) -> Path:
     """A hub model from the local cache, else downloaded; one clear error when neither works."""
     from huggingface_hub import snapshot_download
 
-    patterns = ["*.json", "*.spm", "*.safetensors", "*.txt", "*.md"]
+    patterns = ["*.json", "*.spm", "*.model", "*.safetensors", "*.txt", "*.md"]
     try:
         return check_model_dir(Path(snapshot_download(name, local_files_only=True, allow_patterns=patterns)))
     except Exception:  # not in the cache (or incomplete): try the hub below
@@ -190,8 +304,8 @@ def _from_hub(name: str) -> Path:
         raise ModelSourceError(
             f"model '{name}' is not in the local Hugging Face cache and the hub could not be reached "
             f"({type(err).__name__}: {reason}). Fix: on a machine with internet access run "
-            f'`python -c "from transformers import MarianMTModel, MarianTokenizer as T; '
-            f"m='{name}'; d='{name.split('/')[-1]}'; MarianMTModel.from_pretrained(m).save_pretrained(d); "
+            f'`python -c "from transformers import AutoModelForSeq2SeqLM as M, AutoTokenizer as T; '
+            f"m='{name}'; d='{name.split('/')[-1]}'; M.from_pretrained(m).save_pretrained(d); "
             f'T.from_pretrained(m).save_pretrained(d)"`, copy that folder here and set `model.path` '
             "to it in your params file."
         ) from None

@@ -22,13 +22,13 @@ import onnx
 
 from mtonnx.passes.output_rows import columns_as_inputs
 from mtonnx.runtime import layout
-from mtonnx.runtime.tokenizer import MarianSpmTokenizer
+from mtonnx.runtime.tokenizer import SpmTokenizer
 from mtonnx.variants.restricted import rewrite_decoders
 
 
 def learn_shortlist(
     pairs: Iterable[tuple[str, str]],
-    tokenizer: MarianSpmTokenizer,
+    tokenizer: SpmTokenizer,
     frequent: int,
     per_source: int,
     source_prefix: str = "",
@@ -99,7 +99,7 @@ def build_shortlisted(source_dir: str | Path, out_dir: str | Path, shortlist: di
     return rewrite_decoders(source_dir, out_dir, rewrite, files, recipe)
 
 
-def vmap_text(shortlist: dict[str, Any], tokenizer: MarianSpmTokenizer) -> str:
+def vmap_text(shortlist: dict[str, Any], tokenizer: SpmTokenizer) -> str:
     """The same shortlist as CTranslate2's vocabulary map (`vmap.txt` in its model directory, used with
     use_vmap=True): `source piece<TAB>target pieces`, and the pieces always kept on the line with an empty source."""
     piece = tokenizer.decoder.__getitem__

@@ -1,0 +1,49 @@
+"""End to end on the other families: notebooks 01, 02, 03, 05, 06 and 08 on params/tiny-m2m100.yaml and
+params/tiny-t5.yaml, every one executed without error, the runtime token-identical with generate for every export
+layout (greedy and beam, batch 1 and batched), doctor passing the exports, the family's own pitfalls reproduced and
+caught."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from conftest import cli_env, run_cli
+from mtonnx.report.record import flatten
+from mtonnx.runtime import families
+
+pytestmark = pytest.mark.e2e
+NOTEBOOKS = ("01", "02", "03", "05", "06", "08")
+
+
+@pytest.mark.parametrize("name", ["tiny-m2m100", "tiny-t5"])
+def test_the_lab_runs_on_another_family(name, tmp_path, models_dir):
+    out = tmp_path / "run"
+    params = f"params/{name}.yaml"
+    done = run_cli(
+        "run",
+        "--params",
+        params,
+        "--only",
+        ",".join(NOTEBOOKS),
+        "--out",
+        str(out),
+        env=cli_env(models_dir),
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for notebook in sorted((out / "notebooks").glob("*.ipynb")):
+        cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+        assert not [o for c in cells for o in c.outputs if o.output_type == "error"], notebook.name
+    assert sorted(p.name[:2] for p in (out / "notebooks").glob("*.ipynb")) == list(NOTEBOOKS)
+    metrics = flatten(json.loads((out / "metrics.json").read_text()))
+    parity = {k: v for k, v in metrics.items() if k.startswith("runtime.parity.")}
+    assert len(parity) == 3 * 2 * 2 and set(parity.values()) == {1.0}, parity  # 3 layouts, greedy/beam, b1/batched
+    assert metrics["manual_export.parity_pass"] is True and metrics["manual_export.greedy_token_match"] == 1.0
+    assert metrics["optimum_export.greedy_token_match"] == metrics["optimum_export.beam_token_match"] == 1.0
+    assert metrics["runtime.cached_equals_no_cache"] == 1.0
+    assert metrics["doctor.manual.failures"] == 0 and metrics["doctor.optimum.failures"] == 0
+    family = families.of_type(json.loads((out / "export_manual" / "config.json").read_text())["model_type"])
+    assert family.pitfalls and all(metrics[f"pitfalls.each.{pitfall}"] is True for pitfall in family.pitfalls)
