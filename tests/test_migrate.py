@@ -163,3 +163,29 @@ def test_bad_input_is_one_line_and_exit_2(tiny_dir, models_dir, tmp_path):
     (tmp_path / "u.yaml").write_text(unknown)
     done = migrate(tiny_dir, tmp_path / "o", tmp_path / "u.yaml", models_dir)
     assert done.returncode == 2 and "quant.recipes: unknown recipe int9" in done.stderr
+
+
+def test_a_t5_checkpoint_migrates_and_a_frozen_trace_is_named(models_dir, tmp_path):
+    t5 = PARAMS.format(extra="").replace(
+        "name: tiny\n", "name: tiny-t5\n  source_prefix: 'translate English to Chinese:'\n"
+    )
+    traced = params(tmp_path, "traced")
+    traced.write_text(t5)
+    done = migrate(Path("tiny-t5"), tmp_path / "traced", traced, models_dir)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("mtonnx: error:")]
+    assert done.returncode == 1 and len(lines) == 1, done.stderr[-2000:]
+    assert "parity: max |ONNX - PyTorch|" in lines[0] and "above export.tolerance 0.0001" in lines[0]
+    assert "T5's relative position bias was traced at the export sample's lengths" in lines[0]
+    exported = params(tmp_path, "exported")
+    exported.write_text(t5.replace("exporter: torchscript", "exporter: dynamo").replace("opset: 17", "opset: 18"))
+    done = migrate(Path("tiny-t5"), tmp_path / "t5", exported, models_dir)
+    assert done.returncode == 0 and "(t5, 0.4M parameters)" in done.stderr, done.stderr[-3000:]
+    deploy = tmp_path / "t5" / layout.DEPLOY
+    facts = json.loads((deploy / "deploy.json").read_text())
+    assert facts["family"] == "t5" and facts["source_prefix"] == "translate English to Chinese:"
+    source = tmp_path / "in.txt"
+    source.write_text("Hello, teacher!\n", encoding="utf-8")
+    translated = run_cli("translate", "--model-dir", str(deploy), "-i", str(source))
+    api = Translator(deploy)  # the Python API reads the deployed prefix as the CLI does
+    assert api.source_prefix == "translate English to Chinese:"
+    assert translated.returncode == 0 and translated.stdout == api.translate("Hello, teacher!") + "\n"

@@ -24,10 +24,9 @@ from typing import Any
 
 from mtonnx.foundation import buildkey
 from mtonnx.foundation.files import write_json
-from mtonnx.runtime import layout
+from mtonnx.runtime import families, layout
 
 STEPS = ("load", "export", "parity", "tokens", "variants", "gates", "objective", "deploy", "report")
-SUPPORTED = ("marian",)  # config.json's model_type of the families the project exports and runs
 # Rough seconds per step on a 2-core machine: a fixed part, and a part per million parameters (export, builds) or per
 # evaluation sentence and million parameters (translations). The list printed at the start is an estimate, no more.
 COST = {
@@ -172,26 +171,27 @@ def load(m: Migration) -> dict[str, Any]:
     except models.ModelSourceError as err:
         raise MigrationRefused(str(err)) from None
     config = json.loads((Path(resolved["dir"]) / "config.json").read_text(encoding="utf-8"))
-    family = config.get("model_type")
-    if family not in SUPPORTED:
-        raise MigrationRefused(
-            f"--model {m.model}: model_type {family!r} is not supported; supported families: {', '.join(SUPPORTED)}"
-        )
+    try:
+        family = families.of_type(config.get("model_type"))
+    except families.UnknownFamily as err:
+        raise MigrationRefused(f"--model {m.model}: {err}") from None
     return {
         "name": resolved["name"],
         "dir": str(resolved["dir"]),
-        "family": family,
+        "family": family.model_type,
         "fingerprint": buildkey.files_fingerprint(resolved["dir"]),
-        "parameters": _parameters(config),
+        "parameters": _parameters(config, family),
     }
 
 
-def _parameters(config: dict[str, Any]) -> int:
-    """The parameter count a config implies, roughly (embeddings, attention and feed-forward weights)."""
+def _parameters(config: dict[str, Any], family: families.Family) -> int:
+    """The parameter count a config implies, roughly (embeddings, attention and feed-forward weights): enough for
+    the time estimate printed at the start."""
     d, vocab = config.get("d_model", 512), config.get("vocab_size", 0)
-    layers = config.get("encoder_layers", 6) + config.get("decoder_layers", 6)
-    ffn = config.get("encoder_ffn_dim", 4 * d)
-    return vocab * d + layers * (4 * d * d + 2 * d * ffn) + config.get("decoder_layers", 6) * 4 * d * d
+    decoder = config.get(family.decoder_layers, 6)
+    encoder = config.get("encoder_layers", config.get("num_layers", decoder))
+    ffn = config.get("encoder_ffn_dim", config.get("d_ff", 4 * d))
+    return vocab * d + (encoder + decoder) * (4 * d * d + 2 * d * ffn) + decoder * 4 * d * d
 
 
 def export(m: Migration) -> dict[str, Any]:
@@ -227,8 +227,25 @@ def parity(m: Migration) -> dict[str, Any]:
     if not result["pass"]:
         raise MigrationFailed(
             f"parity: max |ONNX - PyTorch| {worst:.2e} in {worst_file} is above export.tolerance {tolerance:g}"
+            + _parity_hint(m)
         )
     return {"max_abs_diff": worst, "file": worst_file, "tolerance": tolerance}
+
+
+def _parity_hint(m: Migration) -> str:
+    """What a parity failure points to where the family and exporter say so: the TorchScript tracer stores a
+    relative position bias computed from the sample's lengths (T5) as a constant."""
+    family = families.of_type(m.results["load"]["family"])
+    if (
+        m.exporter == "manual"
+        and m.params["export"]["exporter"] == "torchscript"
+        and family.positions == "relative buckets"
+    ):
+        return (
+            f"; {family.label}'s relative position bias was traced at the export sample's lengths by the TorchScript "
+            "exporter: set export.exporter: dynamo, which keeps them symbolic"
+        )
+    return ""
 
 
 def tokens(m: Migration) -> dict[str, Any]:

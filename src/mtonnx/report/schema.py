@@ -83,6 +83,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("manual_export.exporter", IDENTITY),
     Metric("manual_export.opset", IDENTITY),
     Metric("manual_export.max_abs_diff.**", QUALITY, "abs diff", LOWER),
+    Metric("manual_export.max_abs_diff_worst", QUALITY, "abs diff", LOWER),
     Metric("manual_export.parity_pass", QUALITY, "", HIGHER),
     Metric("manual_export.greedy_token_match", QUALITY, "share", HIGHER),
     Metric("manual_export.dynamo.**", IDENTITY, "status"),

@@ -56,6 +56,7 @@ class Translator:
         self.tokenizer = _read(self.dir, "the tokenizer files", lambda: load_tokenizer(self.dir))
         self.settings = _read(self.dir, "generation_config.json", lambda: GenerationSettings.from_dir(self.dir))
         self.max_positions = _read(self.dir, "config.json", lambda: max_positions(self.dir))
+        self.source_prefix = deployed_prefix(self.dir)  # what a deploy/ directory's run put in front of a source
         self.output_rows = self._output_rows()
         self.shortlist = self._shortlist()
         spec = layouts.BY_NAME[self.layout]
@@ -183,11 +184,11 @@ class Translator:
         batch_size: int = 8,
         num_beams: int | None = None,
         max_new_tokens: int | None = None,
-        source_prefix: str = "",
+        source_prefix: str | None = None,
     ) -> None:
         """ValueError (one line) for options this model cannot run (check_options, check_prefix)."""
         check_options(self.max_positions, batch_size, num_beams, max_new_tokens)
-        self.check_prefix(source_prefix)
+        self.check_prefix(self.source_prefix if source_prefix is None else source_prefix)
 
     def fit(self, text: str, source_prefix: str = "") -> list[str]:
         """`text` as pieces that each fit the model's positions: itself when it fits, else cut at clause
@@ -239,7 +240,7 @@ class Translator:
         self,
         texts: str | Iterable[str],
         batch_size: int = 8,
-        source_prefix: str = "",
+        source_prefix: str | None = None,
         progress=None,
         on_cut: Callable[[segments.Cut], None] | None = None,
         **options,
@@ -247,7 +248,9 @@ class Translator:
         """Translate texts (a str in, a str out; a list in, a list of as many out, in order) by the one rule of
         runtime.segments: each text's lines sentence by sentence, joined back line for line. A sentence longer than
         the model's positions is translated in pieces (`fit`) and reported to `on_cut` (default: a warning naming
-        the text and line). `progress(done, total)` is called with the pieces done after each batch and their total."""
+        the text and line). `progress(done, total)` is called with the pieces done after each batch and their total.
+        `source_prefix` None: the one the directory's run deployed with (deploy.json), else none."""
+        source_prefix = self.source_prefix if source_prefix is None else source_prefix
         if isinstance(texts, str):
             return self.translate([texts], batch_size, source_prefix, progress, on_cut, **options)[0]
         if isinstance(texts, (bytes, bytearray)):
@@ -272,11 +275,12 @@ class Translator:
         return segmented.join(self.translate_pieces(segmented.pieces, batch_size, source_prefix, counted, **options))
 
     def translate_pieces(
-        self, pieces: list[str], batch_size: int = 8, source_prefix: str = "", progress=None, **options
+        self, pieces: list[str], batch_size: int = 8, source_prefix: str | None = None, progress=None, **options
     ) -> list[str]:
         """Translate pieces that are already segmented (runtime.segments: one sentence, or a cut part of one, each
         fitting the model's positions) in length-sorted batches; one translation per piece, in order. `progress` is
         called with each batch's size."""
+        source_prefix = self.source_prefix if source_prefix is None else source_prefix
         encoded = [self.tokenizer.encode(f"{source_prefix} {t}".strip()) for t in pieces]
         return [self.tokenizer.decode(ids) for ids in self.generate_sorted(encoded, batch_size, progress, **options)]
 
