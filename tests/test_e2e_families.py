@@ -1,7 +1,7 @@
 """End to end on the other families: notebooks 01, 02, 03, 05, 06 and 08 on params/tiny-m2m100.yaml and
 params/tiny-t5.yaml, every one executed without error, the runtime token-identical with generate for every export
 layout (greedy and beam, batch 1 and batched), doctor passing the exports, the family's own pitfalls reproduced and
-caught."""
+caught, and the peer benchmark (`mtonnx bench --only peers`) timing CTranslate2 on the family beside the runtime."""
 
 from __future__ import annotations
 
@@ -47,3 +47,11 @@ def test_the_lab_runs_on_another_family(name, tmp_path, models_dir):
     assert metrics["doctor.manual.failures"] == 0 and metrics["doctor.optimum.failures"] == 0
     family = families.of_type(json.loads((out / "export_manual" / "config.json").read_text())["model_type"])
     assert family.pitfalls and all(metrics[f"pitfalls.each.{pitfall}"] is True for pitfall in family.pitfalls)
+    bench = run_cli(
+        "bench", "--params", params, "--only", "peers", "--out", str(out), env=cli_env(models_dir), timeout=900
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    results = json.loads((out / "bench.json").read_text())["peers"]["results"]
+    engines = {r["engine"] for r in results}
+    assert {"pytorch-fp32", "mtonnx-fp32", "mtonnx-int8", "ct2-fp32", "ct2-int8"} <= engines, engines
+    assert all(r["generated_tokens"] > 0 and r["median_ms"] > 0 for r in results)
