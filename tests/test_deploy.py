@@ -134,7 +134,7 @@ def test_a_deployed_variant_with_a_weights_file_can_still_be_built_from(hand_exp
 
 def test_a_deploy_directory_translates_with_the_source_prefix_its_run_used(hand_export, tmp_path):
     """opus-mt-en-zh needs >>cmn_Hans<< in front of every sentence: a run's deploy/ carries its prefix, so
-    `--run` translates as the run measured it without being told again; a flag still overrides it."""
+    `--run` and the Python API translate as the run measured it without being told again; a flag still overrides it."""
     variants = tmp_path / "variants"
     registry.build(hand_export, variants, registry.Inputs(), ["fp32"], log=None)
     deploy.publish(tmp_path, variants / "fp32", {**facts(str(tmp_path)), "variant": "fp32", "source_prefix": "Hi"})
@@ -142,10 +142,12 @@ def test_a_deploy_directory_translates_with_the_source_prefix_its_run_used(hand_
     source.write_text("Thank you.\n", encoding="utf-8")
     translator = Translator(tmp_path / layout.DEPLOY)
     with_prefix = translator.translate("Thank you.", source_prefix="Hi", max_new_tokens=6)
-    assert with_prefix != translator.translate("Thank you.", max_new_tokens=6)  # the prefix changes the output
+    bare = translator.translate("Thank you.", source_prefix="", max_new_tokens=6)
+    assert with_prefix != bare  # the prefix changes the output
+    assert translator.translate("Thank you.", max_new_tokens=6) == with_prefix  # the API reads deploy.json
     by_run = run_cli("translate", "--run", str(tmp_path), "-i", str(source), "--max-new-tokens", "6")
     assert by_run.returncode == 0 and by_run.stdout == with_prefix + "\n", by_run.stderr
     told = run_cli(
         "translate", "--run", str(tmp_path), "-i", str(source), "--max-new-tokens", "6", "--source-prefix", ""
     )
-    assert told.stdout == translator.translate("Thank you.", max_new_tokens=6) + "\n"
+    assert told.stdout == bare + "\n"
