@@ -65,7 +65,7 @@ def test_an_undeclared_key_is_named_and_record_warns_but_saves_it(tmp_path):
 def test_star_is_one_part_and_double_star_spans_dots():
     assert schema.declared("quant.int8.size_mb").pattern == "quant.*.size_mb"
     assert schema.declared("quant.groups.lm_head.size_mb") is None  # `*` never crosses a dot
-    assert schema.declared("bench.memory_ablation.+ weights in one mapped file").kind == schema.MEMORY
+    assert schema.declared("tuning.memory_ablation.+ weights in one mapped file").kind == schema.MEMORY
 
 
 @pytest.mark.parametrize("metric", schema.METRICS, ids=lambda m: m.pattern)

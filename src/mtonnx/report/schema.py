@@ -167,7 +167,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("bench.rss_mb.*", MEMORY, "MB", LOWER),
     Metric("bench.rss_after_run_mb.*", MEMORY, "MB", LOWER),
     Metric("bench.rss_kinds_mb.**", MEMORY, "MB", LOWER),
-    Metric("bench.memory_ablation**", MEMORY, "MB", LOWER),
+    Metric("tuning.memory_ablation**", MEMORY, "MB", LOWER),
     # 08 · pitfalls reproduced (the cache's, read off notebook 05's timing, is not hashed) and the doctor
     Metric("pitfalls.reproduced", QUALITY, "count", HIGHER, stable=False),
     Metric("pitfalls.of", IDENTITY, "count"),
