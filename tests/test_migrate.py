@@ -115,8 +115,7 @@ def test_ctrl_c_during_the_variants_then_a_rerun_does_not_rebuild_the_export(mig
         seen.append(line)
         if "step tokens done" in line or time.monotonic() > deadline:
             break
-    time.sleep(1.0)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGINT)  # at once: the tiny model's variants take about a second
     rest = process.communicate(timeout=300)[1]
     assert process.returncode == 130, "".join(seen) + rest
     assert "Traceback" not in rest and "mtonnx: interrupted" in rest
@@ -124,7 +123,7 @@ def test_ctrl_c_during_the_variants_then_a_rerun_does_not_rebuild_the_export(mig
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     for step in ("export", "parity", "tokens"):
         assert f"reused step {step} (finished earlier" in resumed.stderr, step
-    assert "step export done" not in resumed.stderr and "step variants done" in resumed.stderr
+    assert "step export done" not in resumed.stderr and "step variants done" in resumed.stderr, resumed.stderr
     compared = run_cli("compare", str(work / "a"), str(out), "--format", "json")  # two outputs of one commit
     assert compared.returncode == 0, compared.stderr
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,9 @@ from mtonnx.runtime import Translator, families
 
 pytestmark = pytest.mark.wheel
 PYTHONS = ("3.10", "3.12", "3.13")
+# The core venv sees only what it installed: a PYTHONPATH pointing at the checkout would satisfy `mtonnx` for pip
+# and import the source tree instead of the wheel.
+ISOLATED = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 SENTENCES = ["Hello, teacher!", "Run the command, then restart the server.", "", "He wears a suit."]
 LAB_ONLY = ("torch", "transformers", "optimum", "optimum-onnx", "jupyterlab", "playwright", "onnx", "papermill")
 
@@ -59,11 +63,13 @@ def test_the_core_wheel_translates_like_the_lab_without_the_lab(version, wheel, 
     venv = tmp_path / "venv"
     subprocess.run([python, "-m", "venv", str(venv)], check=True, timeout=300)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", "-q"]
-    done = subprocess.run([*pip, "install", str(wheel)], capture_output=True, text=True, timeout=900)
+    done = subprocess.run([*pip, "install", str(wheel)], capture_output=True, text=True, timeout=900, env=ISOLATED)
     assert done.returncode == 0, done.stderr[-2000:]
     installed = {
         line.split("==")[0].lower()
-        for line in subprocess.run([*pip, "freeze"], capture_output=True, text=True, check=True).stdout.splitlines()
+        for line in subprocess.run(
+            [*pip, "freeze"], capture_output=True, text=True, check=True, env=ISOLATED
+        ).stdout.splitlines()
     }
     assert not installed & set(LAB_ONLY), installed & set(LAB_ONLY)
     source = tmp_path / "in.txt"
@@ -71,7 +77,12 @@ def test_the_core_wheel_translates_like_the_lab_without_the_lab(version, wheel, 
 
     def core(*args: str) -> subprocess.CompletedProcess:  # the core venv's own `mtonnx`
         return subprocess.run(
-            [str(venv / "bin" / "mtonnx"), *args], capture_output=True, text=True, timeout=300, cwd=tmp_path
+            [str(venv / "bin" / "mtonnx"), *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=ISOLATED,
         )
 
     exports = {"tiny": hand_export, **{name: family_export(name) for name in ("tiny-m2m100", "tiny-t5")}}
