@@ -14,6 +14,7 @@ import pytest
 
 from conftest import tuned_variants
 from mtonnx import data
+from mtonnx.check.parity import CASES, file_parity
 from mtonnx.measure import benchmark, restriction, step_bytes
 from mtonnx.measure.restriction import same_tokens
 from mtonnx.passes.output_rows import restrict, target_rows
@@ -112,3 +113,10 @@ def test_restriction_sizes_keep_the_target_rows_and_as_many_more_as_asked(varian
         assert len(kept) == r["rows"] and set(target) <= set(kept)
         assert [(s["batch"], s["beams"]) for s in r["speed"]] == [(1, 1), (2, 4)]
     assert swept[0]["step_mb"] > swept[1]["step_mb"]
+
+
+def test_parity_with_pytorch_reads_a_restricted_variant_on_its_kept_rows(variants, tiny):
+    """doctor's parity check on a deployed target-vocab variant: PyTorch's logits at the kept columns."""
+    full, cut = (file_parity(tiny[0], d, cases=CASES[:2], files=[layout.DECODER]) for d in variants)
+    kept, whole = (r["files"][layout.DECODER]["max_abs_diff"] for r in (cut, full))
+    assert np.isfinite(kept) and kept <= whole  # its logits are bit-identical columns of the full variant's
