@@ -354,11 +354,9 @@ def max_positions(directory: Path) -> int:
         if not path.is_file():
             continue
         try:
-            config = json.loads(path.read_text(encoding="utf-8"))
+            config = families.read_json(path)
         except (OSError, ValueError) as err:
-            raise ModelDirError(f"{path} is not readable JSON ({err}); copy it from the source model again") from None
-        if not isinstance(config, dict):
-            raise ModelDirError(f"{path} holds a JSON {type(config).__name__}, not an object; copy it again")
+            raise ModelDirError(f"{path.parent}/{err}") from None
         value = config.get(key)
         if value is None:
             continue
