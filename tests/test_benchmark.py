@@ -214,3 +214,21 @@ def test_bench_lists_its_studies_and_runs_one_alone(tmp_path, models_dir):
     assert list(json.loads((out / studies.RESULTS).read_text())) == ["corpus"]  # that study alone
     recorded = json.loads((out / "metrics" / "bench.json").read_text())
     assert set(recorded) == {"corpus", "corpus_ratio", "corpus_ratio_per_repetition", "corpus_targets"}
+
+
+def test_the_real_length_studies_time_an_evenly_spaced_subset_of_the_eval_set(tmp_path):
+    from mtonnx.measure import studies
+
+    bench = studies.Bench.open({"bench": {"corpus_sentences": 4}}, tmp_path, tmp_path)
+    bench.rows = [[i] * (i + 1) for i in range(10)]  # row i has i + 1 tokens: the set's lengths, short to long
+    assert bench.corpus_rows == [bench.rows[0], bench.rows[2], bench.rows[5], bench.rows[7]]
+    for everything in (0, 10, 11):
+        bench.params["bench"]["corpus_sentences"] = everything
+        assert bench.corpus_rows == bench.rows
+
+
+def test_a_probe_mark_reads_the_memory_at_that_point_of_the_code():
+    code = "x = bytes(range(256)) * 200_000\nmark('holding')\ndel x"  # 51 MB written, read, then freed
+    probed = probe.import_cost(code, repeats=1)
+    assert set(probed["marks"]) == {"holding"}
+    assert probed["marks"]["holding"]["rss_mb"] - probed["rss_mb"] > 40, probed

@@ -162,3 +162,26 @@ def test_an_export_is_reused_when_its_build_key_matches_and_rebuilt_when_the_ops
     (tmp_path / "export" / buildkey.KEY_FILE).unlink()  # an export that exists but records no key
     export(18)
     assert "no build key" in lines[-1]
+
+
+def test_layout_parity_runs_the_layouts_side_by_side_and_names_each_row_and_mismatch(hand_export, tiny):
+    from mtonnx.runtime import Translator
+
+    model, tokenizer = tiny
+    sources = [p.en for p in data.eval_set({"hsk_size": 6, "techdocs_size": 2, "eval_split": "test"})]
+    settings = dict(num_beams=2, max_new_tokens=12, batch_size=4)
+    items = [{"en": s} for s in sources]
+    for search, beams in (("greedy", 1), ("beam", 2)):
+        ids = translate_generate(model, tokenizer, sources, **{**settings, "num_beams": beams}, progress=False)
+        for item, row in zip(items, ids["token_ids"]):
+            item[f"{search}_ids"] = row
+    items[0]["beam_ids"] = [*items[0]["beam_ids"][:-1], items[0]["beam_ids"][-1] + 1]  # one sentence made different
+    translators = {name: Translator(hand_export, decoder=name) for name in ("split", "no-cache", "auto")}  # 3 > 2 cores
+    rows = parity.layout_parity(translators, model, tokenizer, {"items": items}, batch1_sentences=3, **settings)
+    assert [(r["export"], r["search"], r["batch"]) for r in rows] == [
+        (name, search, batch) for search in ("greedy", "beam") for name in translators for batch in (4, 1)
+    ]
+    for r in rows:
+        wrong = r["search"] == "beam" and r["batch"] == 4  # the baseline sentence made different, in every layout
+        assert r["token-identical"] == (1 - 1 / len(sources) if wrong else 1.0), r
+        assert r["sentences"] == (len(sources) if r["batch"] == 4 else 3)

@@ -117,6 +117,8 @@ def test_a_damaged_variant_fails_the_gate_and_is_not_recommended(hand_export, tm
     build_variant("damaged", hand_export, damaged, add_noise, {"damage": "N(0, 1) on every weight"})
     bench = VariantBench(SOURCES, fp32, max_new_tokens=12, timing_sentences=2, repeats=2)  # refs: fp32
     translations = {"fp32": bench.translate(hand_export), "damaged": bench.translate(damaged)}
+    side_by_side = bench.translate_all({"fp32": hand_export, "damaged": damaged}, workers=2)
+    assert list(side_by_side) == ["fp32", "damaged"] and side_by_side == translations  # the same tokens, in order
     quality = compare(translations, fp32, gate_bleu=0.5, fidelity_min=0.8)["rows"]
     assert quality["fp32"]["fidelity"]["same_as_fp32"] == 1.0 and quality["damaged"]["fidelity"]["same_as_fp32"] < 0.5
     assert quality["fp32"]["gate"] == "pass" and quality["damaged"]["gate"] == "fail"

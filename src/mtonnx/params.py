@@ -93,6 +93,14 @@ SCHEMA: dict[str, Any] = {
         "beams": Field(list, [1, 4], "beam sizes in the peer benchmark", items=int, lo=1, hi=16),
         "threads": Field(list, [1, 2], "thread counts in the peer benchmark", items=int, lo=1, hi=64),
         "tokens": Field(list, [32, 128], "forced output lengths in the peer benchmark", items=int, lo=1, hi=512),
+        "corpus_sentences": Field(
+            int,
+            0,
+            "sentences of the eval set the real-length studies time, evenly spaced so their lengths are the set's "
+            "(0: all); quality is always scored on all of them",
+            lo=0,
+            hi=1_000_000,
+        ),
         "restriction_sizes": Field(
             list,
             [32000, 16000, 8000],

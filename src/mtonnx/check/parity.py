@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch
 
 from mtonnx.export.samples import PARITY_CASES, Case, SampleInputs
 from mtonnx.export.wrappers import decoder_layers, logits, subgraphs
+from mtonnx.foundation.envinfo import usable_cores
 from mtonnx.runtime import layout
 from mtonnx.runtime.cache import KVCache
 from mtonnx.runtime.output_rows import OutputRows
@@ -343,14 +345,23 @@ def runtime_ids(
     source_prefix: str = "",
 ) -> list[list[int]]:
     """The runtime's token ids on the padded batches `generate` sees (MarianTokenizer, padding=True), in order."""
+    batches = generate_batches(tokenizer, sources, batch_size, source_prefix)
+    return generate_ids(translator, batches, num_beams=num_beams, max_new_tokens=max_new_tokens)
+
+
+def generate_batches(tokenizer, sources: list[str], batch_size: int, source_prefix: str = "") -> list[tuple]:
+    """(input_ids, attention_mask) as numpy arrays: the padded batches of `batch_size` that `generate` sees."""
     from mtonnx.sources.reference import batch
 
+    encoded = [batch(tokenizer, sources[i : i + batch_size], source_prefix) for i in range(0, len(sources), batch_size)]
+    return [(enc.input_ids.numpy(), enc.attention_mask.numpy()) for enc in encoded]
+
+
+def generate_ids(translator, batches: list[tuple], *, num_beams: int, max_new_tokens: int) -> list[list[int]]:
+    """The runtime's token ids on `batches` (generate_batches), in order."""
     got: list[list[int]] = []
-    for i in range(0, len(sources), batch_size):
-        enc = batch(tokenizer, sources[i : i + batch_size], source_prefix)
-        got += translator.generate(
-            enc.input_ids.numpy(), enc.attention_mask.numpy(), num_beams=num_beams, max_new_tokens=max_new_tokens
-        )
+    for ids, mask in batches:
+        got += translator.generate(ids, mask, num_beams=num_beams, max_new_tokens=max_new_tokens)
     return got
 
 
@@ -368,7 +379,8 @@ def layout_parity(
 ) -> list[dict[str, Any]]:
     """Token-identical with `generate`, per runtime layout, greedy and beam: at the baseline's batch size on every
     sentence against baseline.json (the same batches notebook 01 ran, so PyTorch need not run again), and at
-    batch 1 on the first `batch1_sentences` against PyTorch at batch 1 (computed once, shared by the layouts)."""
+    batch 1 on the first `batch1_sentences` against PyTorch at batch 1 (computed once, shared by the layouts). The
+    layouts run side by side, one per core (each translator on its own thread: the tokens do not depend on it)."""
     from mtonnx.sources.reference import translate_generate
 
     sources = [item["en"] for item in baseline["items"]]
@@ -387,19 +399,19 @@ def layout_parity(
                 progress=False,
             )["token_ids"],
         }
-        for name, translator in translators.items():
+
+        # tokenized here, once per batch size: a transformers tokenizer is not safe to call from several threads
+        batches = {
+            size: generate_batches(tokenizer, sources[: len(want)], size, source_prefix)
+            for size, want in expected.items()
+        }
+
+        def check(name: str, translator, expected=expected, batches=batches, beams=beams, search=search) -> list[dict]:
+            out = []
             for size, want in expected.items():
-                got = runtime_ids(
-                    translator,
-                    tokenizer,
-                    sources[: len(want)],
-                    num_beams=beams,
-                    batch_size=size,
-                    max_new_tokens=max_new_tokens,
-                    source_prefix=source_prefix,
-                )
+                got = generate_ids(translator, batches[size], num_beams=beams, max_new_tokens=max_new_tokens)
                 result = token_match(got, want)
-                rows.append(
+                out.append(
                     {
                         "export": name,
                         "search": search,
@@ -408,4 +420,9 @@ def layout_parity(
                         "sentences": result["sentences"],
                     }
                 )
+            return out
+
+        with ThreadPoolExecutor(max(1, min(usable_cores(), len(translators)))) as pool:  # a layout per core
+            for part in pool.map(check, translators, translators.values()):
+                rows += part
     return rows

@@ -87,9 +87,14 @@ def cpu_info() -> dict[str, Any]:
         "model": model,
         "machine": platform.machine(),
         "logical_cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "usable_cores": usable_cores(),
         "flags": [f for f in CPU_FLAGS if f in flags],
     }
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the platform tells it, else every core)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def git_info(where: Path) -> dict[str, Any]:

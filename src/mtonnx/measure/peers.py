@@ -300,23 +300,34 @@ def measure_engines(
 
 
 def rss_after_load(
-    engines: list[str], paths: Paths, run: tuple[list[list[int]], int, int] | None = None
+    engines: list[str], paths: Paths, run: tuple[list[list[int]], int, int]
 ) -> dict[str, dict[str, Any]]:
-    """Resident memory (MB) of a fresh process after loading each engine (1 thread), and, with `run` =
-    (rows, beams, tokens), after one generation too: mapped weights count once their pages are read. Per engine:
-    `rss_mb` and `kinds_mb` (libraries / anonymous / files, measure.probe; None off Linux)."""
+    """Resident memory (MB) of a fresh process per engine (1 thread) after loading it and after one generation of
+    `run` = (rows, beams, tokens), read in that one process: mapped weights count once their pages are read. Per
+    engine and reading (`after_load`, `after_run`): `rss_mb` and `kinds_mb` (libraries / anonymous / files,
+    measure.probe; None off Linux)."""
     from mtonnx.measure.probe import import_cost
 
-    then = f"engine.run({run[0]!r}, {run[1]}, {run[2]})" if run else "engine"
     probed = {
         name: import_cost(
             f"from mtonnx.measure.peers import Engine, Paths\n"
-            f"engine = Engine({name!r}, Paths(**{asdict(paths)!r}), 1)\n{then}",
+            f"engine = Engine({name!r}, Paths(**{asdict(paths)!r}), 1)\n"
+            f"mark('after_load')\n"
+            f"engine.run({run[0]!r}, {run[1]}, {run[2]})",
             repeats=1,
         )
         for name in engines
     }
-    return {name: {"rss_mb": p["rss_mb"], "kinds_mb": p["rss_kinds_mb"]} for name, p in probed.items()}
+    return {
+        name: {
+            "after_load": {
+                "rss_mb": p["marks"]["after_load"]["rss_mb"],
+                "kinds_mb": p["marks"]["after_load"]["rss_kinds_mb"],
+            },
+            "after_run": {"rss_mb": p["rss_mb"], "kinds_mb": p["rss_kinds_mb"]},
+        }
+        for name, p in probed.items()
+    }
 
 
 def main() -> int:

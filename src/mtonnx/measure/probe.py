@@ -15,7 +15,21 @@ import sys
 from typing import Any
 
 _PROBE = """
-import ast, json, time, psutil
+import ast, json, os, sys, time, psutil
+def _memory():
+    rss = psutil.Process().memory_info().rss  # before the memory maps' own objects
+    kinds = {{"libraries": 0, "anonymous": 0, "files": 0}}
+    try:
+        for m in psutil.Process().memory_maps(grouped=True):
+            library = ".so" in m.path.rsplit("/", 1)[-1] or m.path == os.path.realpath(sys.executable)
+            kinds["anonymous"] += m.anonymous
+            kinds["libraries" if library else "files"] += (m.rss - m.anonymous) if m.path.startswith("/") else 0
+    except (AttributeError, NotImplementedError, psutil.Error):  # no /proc/self/smaps (not Linux)
+        kinds = None
+    return {{"rss_mb": rss / 2**20, "kinds_mb": kinds and {{k: v / 2**20 for k, v in kinds.items()}}}}
+_marks = {{}}
+def mark(name):  # the code may call it to read the memory at a point before its end
+    _marks[name] = _memory()
 tree = ast.parse({code!r})
 if tree.body and isinstance(tree.body[-1], ast.Expr):  # keep the final expression's value alive
     tree.body[-1] = ast.Assign(targets=[ast.Name("_kept", ast.Store())], value=tree.body[-1].value)
@@ -23,18 +37,7 @@ if tree.body and isinstance(tree.body[-1], ast.Expr):  # keep the final expressi
 start = time.perf_counter()
 exec(compile(tree, "<probe>", "exec"))
 seconds = time.perf_counter() - start
-import os, sys
-rss = psutil.Process().memory_info().rss  # before the memory maps' own objects
-kinds = {{"libraries": 0, "anonymous": 0, "files": 0}}
-try:
-    for m in psutil.Process().memory_maps(grouped=True):
-        library = ".so" in m.path.rsplit("/", 1)[-1] or m.path == os.path.realpath(sys.executable)
-        kinds["anonymous"] += m.anonymous
-        kinds["libraries" if library else "files"] += (m.rss - m.anonymous) if m.path.startswith("/") else 0
-except (AttributeError, NotImplementedError, psutil.Error):  # no /proc/self/smaps (not Linux)
-    kinds = None
-print(json.dumps({{"seconds": seconds, "rss_mb": rss / 2**20,
-                  "kinds_mb": kinds and {{k: v / 2**20 for k, v in kinds.items()}},
+print(json.dumps({{"seconds": seconds, **_memory(), "marks": _marks,
                   "torch_imported": "torch" in sys.modules, "transformers_imported": "transformers" in sys.modules}}))
 """
 
@@ -43,7 +46,8 @@ def import_cost(code: str, repeats: int = 3) -> dict[str, Any]:
     """Seconds and resident memory to run `code` (imports + loading) in a fresh interpreter; median of repeats.
 
     The value of a final expression (`Translator(...)`) stays alive until the memory is read: freed first, it
-    would undercount what the loaded object holds.
+    would undercount what the loaded object holds. `code` may call `mark(name)` to read the memory at that point
+    too: `marks` holds each such reading, so one process measures a load and what a run adds after it.
     """
     runs = []
     for _ in range(repeats):
@@ -51,12 +55,20 @@ def import_cost(code: str, repeats: int = 3) -> dict[str, Any]:
             [sys.executable, "-c", _PROBE.format(code=code)], capture_output=True, text=True, check=True
         )
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    kinds = runs[0]["kinds_mb"]
     return {
         "seconds": round(statistics.median(r["seconds"] for r in runs), 3),
-        "rss_mb": round(statistics.median(r["rss_mb"] for r in runs), 1),
-        "rss_kinds_mb": kinds
-        and {kind: round(statistics.median(r["kinds_mb"][kind] for r in runs), 1) for kind in kinds},
+        **_median_memory(runs),
+        "marks": {name: _median_memory([r["marks"][name] for r in runs]) for name in runs[0]["marks"]},
         "torch_imported": runs[0]["torch_imported"],
         "transformers_imported": runs[0]["transformers_imported"],
+    }
+
+
+def _median_memory(readings: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median resident memory of `readings` (the probe's), in all and by kind (None where the platform has none)."""
+    kinds = readings[0]["kinds_mb"]
+    return {
+        "rss_mb": round(statistics.median(r["rss_mb"] for r in readings), 1),
+        "rss_kinds_mb": kinds
+        and {kind: round(statistics.median(r["kinds_mb"][kind] for r in readings), 1) for kind in kinds},
     }

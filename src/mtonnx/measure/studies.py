@@ -78,6 +78,15 @@ class Bench:
         return [tokenizer.encode(f"{prefix} {p.en}".strip()) for p in data.eval_set(self.params["data"])]
 
     @property
+    def corpus_rows(self) -> list[list[int]]:
+        """The rows the real-length studies time: `bench.corpus_sentences` of the eval set, evenly spaced (a subset
+        with the set's lengths, so a timing costs less and reads the same), or all of them when that is 0."""
+        wanted, rows = self.params["bench"]["corpus_sentences"], self.rows
+        if not wanted or wanted >= len(rows):
+            return rows
+        return [rows[i * len(rows) // wanted] for i in range(wanted)]
+
+    @property
     def tokens(self) -> int:
         """The forced length the headline numbers are read at."""
         return benchmark.headline_tokens(self.params["bench"]["tokens"])
@@ -115,9 +124,13 @@ def _corpus(bench: Bench) -> dict[str, Any]:
     g, b = bench.params["generation"], bench.params["bench"]
     engines = [e for e in CORPUS_ENGINES if e in bench.engines]
     configs = [peers.Config(CORPUS_BATCH, g["num_beams"], t, g["max_new_tokens"], True) for t in CORPUS_THREADS]
-    bench.log(f"the eval corpus at its real lengths, batches of {CORPUS_BATCH}, threads {CORPUS_THREADS}: {engines}")
-    results = peers.measure_engines(engines, bench.paths, configs, bench.rows, 1, min(b["repeats"], CORPUS_REPEATS))
-    return {"results": results}
+    rows = bench.corpus_rows
+    bench.log(
+        f"the eval corpus at its real lengths ({len(rows)} of {len(bench.rows)} sentences, evenly spaced), "
+        f"batches of {CORPUS_BATCH}, threads {CORPUS_THREADS}: {engines}"
+    )
+    results = peers.measure_engines(engines, bench.paths, configs, rows, 1, min(b["repeats"], CORPUS_REPEATS))
+    return {"results": results, "sentences": len(rows), "of": len(bench.rows)}
 
 
 def _real_lengths(option: str) -> Callable[[Bench], dict[str, Any]]:
@@ -125,7 +138,13 @@ def _real_lengths(option: str) -> Callable[[Bench], dict[str, Any]]:
         g = bench.params["generation"]
         repeats = min(bench.params["bench"]["repeats"], CORPUS_REPEATS)
         return ablations.real_lengths(
-            bench.paths.int8_tuned, bench.rows, CORPUS_BATCH, g["num_beams"], g["max_new_tokens"], option, repeats
+            bench.paths.int8_tuned,
+            bench.corpus_rows,
+            CORPUS_BATCH,
+            g["num_beams"],
+            g["max_new_tokens"],
+            option,
+            repeats=repeats,
         )
 
     return study
@@ -159,9 +178,10 @@ def _tuning(bench: Bench) -> dict[str, Any]:
 
 def _memory(bench: Bench) -> dict[str, Any]:
     b = bench.params["bench"]
-    loaded = peers.rss_after_load(bench.engines, bench.paths)
     largest = ((bench.rows * max(b["batches"]))[: max(b["batches"])], max(b["beams"]), max(b["tokens"]))
-    ran = peers.rss_after_load(bench.engines, bench.paths, run=largest)
+    memory = peers.rss_after_load(bench.engines, bench.paths, run=largest)
+    loaded = {name: m["after_load"] for name, m in memory.items()}
+    ran = {name: m["after_run"] for name, m in memory.items()}
     return {
         "rss_mb": {name: m["rss_mb"] for name, m in loaded.items()},
         "rss_after_run_mb": {name: m["rss_mb"] for name, m in ran.items()},

@@ -1,6 +1,8 @@
 """Every variant measured the same way, on the same sentences, with the runtime a deployment loads.
 
-- `translate`: the whole eval set, batch 8, greedy, untimed: the texts and token ids the quality verdict uses.
+- `translate`: the whole eval set, batch 8, greedy, untimed: the texts and token ids the quality verdict uses;
+  `translate_all` translates several variants side by side, one per core (each session keeps its own thread count,
+  so the tokens are those of one variant at a time: the cores only shorten the wait).
 - `compare`: BLEU / chrF of each variant against the references, its deltas to fp32 with 95 % CIs and p-values
   from sacrebleu's paired bootstrap (foundation.scores), the quality gate (measure.verdicts); its fidelity to fp32
   (the share of sentences identical to fp32's, with a 95 % CI, chrF against fp32's output) and the fidelity gate.
@@ -17,13 +19,15 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from mtonnx.foundation.envinfo import usable_cores
 from mtonnx.foundation.scores import fidelity, paired_bootstrap, score
 from mtonnx.measure import verdicts
 from mtonnx.measure.probe import import_cost
@@ -101,6 +105,12 @@ class VariantBench:
             "token_ids": ids,
             "tokens_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16],
         }
+
+    def translate_all(self, variant_dirs: Mapping[str, str | Path], workers: int = 0) -> dict[str, dict[str, Any]]:
+        """`translate` of every variant in `variant_dirs` ({name: dir}), `workers` at a time on threads (0: one per
+        usable core; ONNX Runtime releases the GIL while it computes). Untimed: never run it beside a measurement."""
+        with ThreadPoolExecutor(max(1, min(workers or usable_cores(), len(variant_dirs)))) as pool:
+            return dict(zip(variant_dirs, pool.map(self.translate, variant_dirs.values())))
 
     def runtime(self, variant_dir: str | Path) -> Contender:
         """A speed contender: the runtime on a variant directory."""

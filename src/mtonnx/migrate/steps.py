@@ -336,7 +336,7 @@ def gates(m: Migration) -> dict[str, Any]:
     from mtonnx.measure.variants import compare, write_translations
 
     bench, q = _bench(m), m.params["quant"]
-    translated = {name: bench.translate(m.out / "variants" / name) for name in m.results["variants"]["built"]}
+    translated = bench.translate_all({name: m.out / "variants" / name for name in m.results["variants"]["built"]})
     quality = compare(translated, bench.references, q["gate_bleu"], q["fidelity_min"])
     write_translations(m.out / "variants", bench.sources, bench.references, translated)
     others = {n: r for n, r in quality["rows"].items() if n != "fp32"}

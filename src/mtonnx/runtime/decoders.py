@@ -82,9 +82,9 @@ class CachedDecoder:
         `grouped` False: the whole batch in one run, padding included (decoding.GenerationSettings.group_encoder).
 
         The encoder's work grows with every position, padding included, while batching more rows into it buys
-        little (a long sentence is already many rows of its matrix products): opus-shape's eval corpus in one batch
-        of 32 is 1,824 padded positions for 521 real ones, its encoder and cross K/V 592 ms whole and 229 ms in 4
-        groups (int8-tuned, 1 thread). The decoder keeps the whole batch, where batching pays. Every layout
+        little (a long sentence is already many rows of its matrix products), so a batch of mixed lengths costs
+        far less in groups (notebook 09's encoder-groups study measures it). The decoder keeps the whole batch,
+        where batching pays. Every layout
         encodes this way, so the same batch gives the same tokens on each (dynamic int8 scales each tensor by its
         range: which rows share an encoder run can move its last bits)."""
         groups = length_groups(attention_mask) if grouped else []

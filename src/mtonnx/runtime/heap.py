@@ -2,13 +2,13 @@
 
 Every step frees the last step's outputs (logits, the self-attention values: tens of MB at batch 32 x beam 4) and
 allocates the next ones. With glibc's defaults the freed top of the heap goes back to the kernel (the trim
-threshold is twice the largest freed mmapped block: a few MB) and the next step faults every page in again:
-on hsk-enzh int8, 600 sentences at batch 32 beam 4 took ~100,000 minor page faults and 10-15 % more wall time.
+threshold is twice the largest freed mmapped block: a few MB) and the next step faults every page in again,
+one minor page fault per page, every step.
 `hold()` (once per process) raises the trim threshold, fixing the mmap threshold at glibc's own dynamic ceiling,
 and `release()` (malloc_trim after every `Translator.generate` or `translate` call, not between the batches of
-one, once more than RELEASE_ABOVE lies free) gives the memory back, so RSS between calls does not grow
-(opus-shape int8-tuned, b8 beam 4: 185.4 MB after a generation, 153.4 after load). Trimming after every call,
-short ones included, made one-sentence calls ~12 % slower: their pages were faulted in again each time.
+one, once more than RELEASE_ABOVE lies free) gives the memory back, so RSS between calls does not grow.
+Trimming after every call, short ones included, would fault a one-sentence call's pages in again each time:
+hence the RELEASE_ABOVE floor.
 Hand-written because no library does this: two libc calls through ctypes. Not glibc (macOS, Windows, musl): no-op.
 """
 

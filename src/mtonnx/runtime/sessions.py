@@ -34,9 +34,8 @@ class SessionSettings:
     (notebook 05 measures both). `disabled_optimizers` names ORT graph transformers to skip: by default
     DISABLED_OPTIMIZERS, () for all of ORT's fusions. ORT's CPU arena is off by default: it keeps a generation's
     peak for the life of the session, while without it the tensors come from the heap that runtime.heap holds
-    during a generation and returns after it (opus-shape int8-tuned, b8 beam 4, 32 tokens: RSS after a generation
-    243.5 -> 185.4 MB). The cost, paired: one sentence at a time 0.98x the arena's time, batches of 32 at beam 4
-    1.06x (0.98-1.09) on hsk-enzh.
+    during a generation and returns after it, so RSS after a generation stays near RSS after load, at a small
+    cost in time that notebook 09's memory steps measure.
     """
 
     threads: int = 1
