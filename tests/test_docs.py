@@ -121,6 +121,22 @@ def test_results_are_stamped_with_the_run_that_measured_them():
     assert [row.split(" | ")[0] for row in rows] == ["| fp32", "| int8", "| fp16", "| fp32-tuned ★"]
 
 
+def test_timings_list_each_notebook_of_the_reference_run_and_the_total(tmp_path):
+    for name in ("env.json", "metrics.json"):
+        (tmp_path / name).write_text((DATA / name).read_text())
+    assert "recorded no notebook times" in docs.timings(tmp_path)
+    metrics = json.loads((DATA / "metrics.json").read_text())
+    metrics.setdefault("run", {})["notebook_seconds"] = {"01_inspect_model": 20.4, "02_export_manual": 99.8}
+    (tmp_path / "metrics.json").write_text(json.dumps(metrics))
+    page = docs.timings(tmp_path).splitlines()
+    assert "Measured by the reference run" in page[0]
+    assert page[-3:] == [
+        "| 01_inspect_model | 20 |",
+        "| 02_export_manual | 100 |",
+        "| **all 2** | **120** (2.0 minutes) |",
+    ]
+
+
 def test_examples_keep_the_table_whole_and_credit_the_data(tmp_path):
     from mtonnx.data import HSK_CREDIT
 

@@ -60,6 +60,8 @@ def test_failing_notebook_is_named_with_its_cell_and_the_run_exits_nonzero(tmp_p
     assert not (out / "notebooks" / "03_never.ipynb").exists()
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics) == {"first", "run"} and metrics["first"] == {"answer": 42}  # 03 never ran
+    seconds = metrics["run"]["notebook_seconds"]  # the times the report lists, the failed notebook's included
+    assert list(seconds) == ["01_ok", "02_boom"] and all(s > 0 for s in seconds.values())
     index = (out / "index.html").read_text()
     assert "failed" in index and "notebooks/02_boom.html" in index
 

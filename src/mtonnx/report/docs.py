@@ -122,6 +122,19 @@ def results(reference: str | Path) -> str:
     return "\n".join(out)
 
 
+def timings(reference: str | Path) -> str:
+    """How long each notebook of the reference run took, as its runner measured it, and the total."""
+    env = json.loads((Path(reference) / "env.json").read_text(encoding="utf-8"))
+    seconds = _metrics(reference).get("run", {}).get("notebook_seconds") or {}
+    if not seconds:
+        return "The reference run recorded no notebook times: `make docs-refresh` publishes a run that does."
+    out = [_stamp(env), "", "| notebook | seconds |", "| --- | --- |"]
+    out += [f"| {name} | {s:.0f} |" for name, s in seconds.items()]
+    total = sum(seconds.values())
+    out += [f"| **all {len(seconds)}** | **{total:.0f}** ({total / 60:.1f} minutes) |"]
+    return "\n".join(out)
+
+
 def pitfalls(reference: str | Path) -> str:
     """What the reference run reproduced of each pitfall, and doctor's failures and warnings per export."""
     metrics = _metrics(reference)
@@ -181,6 +194,7 @@ def render(markdown: str, reference: str | Path, href: str = "reference") -> str
     makers = {
         "params": params_reference,
         "results": lambda: results(reference),
+        "timings": lambda: timings(reference),
         "pitfalls": lambda: pitfalls(reference),
         "examples": lambda: examples(reference),
         "figures": lambda: figures(reference, href),

@@ -192,7 +192,8 @@ def run(
         recommended = merged.get("quant", {}).get("recommended")
         footprint = tidy(out_dir, params["quant"]["keep"], recommended, log)
     identity = fingerprint(out_dir, merged)
-    record(out_dir, SECTION, {**identity, **({"footprint": footprint} if footprint else {})})
+    seconds = {"notebook_seconds": {r["name"]: r["seconds"] for r in results}}  # what the report lists, for the docs
+    record(out_dir, SECTION, {**identity, **seconds, **({"footprint": footprint} if footprint else {})})
     merge_metrics(out_dir)
     stamp(out_dir, identity["fingerprint"], env)
     index = write_index(out_dir, results, env, status)

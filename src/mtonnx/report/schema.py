@@ -238,6 +238,7 @@ METRICS: tuple[Metric, ...] = (
     # the runner: the fingerprint and what it hashed; the footprint is what the run left on disk
     Metric("run.fingerprint", IDENTITY, "hash"),
     Metric("run.fingerprint_inputs**", IDENTITY),
+    Metric("run.notebook_seconds.*", TIMING, "s"),  # one reading per notebook: compare says changed, never slower
     Metric("run.footprint.*_mb", SIZE, "MB", LOWER),
     Metric("run.footprint.disk_vs_export", SIZE, "ratio", LOWER),
     Metric("run.footprint.removed", IDENTITY, "paths"),
