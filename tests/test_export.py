@@ -185,3 +185,37 @@ def test_layout_parity_runs_the_layouts_side_by_side_and_names_each_row_and_mism
         wrong = r["search"] == "beam" and r["batch"] == 4  # the baseline sentence made different, in every layout
         assert r["token-identical"] == (1 - 1 / len(sources) if wrong else 1.0), r
         assert r["sentences"] == (len(sources) if r["batch"] == 4 else 3)
+
+
+def test_exporter_trials_check_an_export_already_made_in_place_and_export_the_other_configs(
+    hand_export, tiny_dir, tiny, monkeypatch
+):
+    from mtonnx.check import trials
+
+    model, _ = tiny
+    manifest = json.loads((hand_export / layout.EXPORT_MANIFEST).read_text())
+    attention = trials.default_attention(tiny_dir)
+    exported_by = []
+    real_export = trials.export_subgraph
+
+    def export_subgraph(model, spec, sample, path, exporter, opset):
+        exported_by.append((exporter, spec.file))
+        return real_export(model, spec, sample, path, exporter, opset)
+
+    monkeypatch.setattr(trials, "export_subgraph", export_subgraph)
+    configs = (("torchscript", attention), ("torchscript", "eager"))
+    rows = trials.try_exporters(
+        tiny_dir, model, configs, opset=manifest["opset"], exported={("torchscript", attention): hand_export}
+    )
+    files = list(manifest["files"])
+    assert [(r["attention"], r["file"]) for r in rows] == [(a, f) for _, a in configs for f in files]
+    assert exported_by == [("torchscript", f) for f in files]  # only the config without a directory
+    reused = [r for r in rows if r["attention"] == attention]
+    assert [r["seconds"] for r in reused] == [manifest["files"][f]["seconds"] for f in files]
+    assert all(r["status"] == "ok" and r["max_abs_diff"] < 1e-4 for r in rows), rows
+    assert all((hand_export / f).is_file() for f in files)  # checked where it lies, never removed
+
+    exported_by.clear()  # a directory written at another opset is no export of this trial: exported anew
+    other = manifest["opset"] - 1
+    trials.try_exporters(tiny_dir, model, configs[:1], opset=other, exported={("torchscript", attention): hand_export})
+    assert exported_by == [("torchscript", f) for f in files]

@@ -71,6 +71,21 @@ def test_missing_graph_is_a_clear_error(tmp_path):
         graphview.render(tmp_path / "nope.onnx", tmp_path)
 
 
+def test_render_all_draws_each_graph_in_order_and_names_the_one_it_could_not(encoder, tmp_path):
+    jobs = {
+        "first": (encoder, tmp_path / "first"),
+        "missing": (tmp_path / "nope.onnx", tmp_path / "missing"),
+        "second": (encoder, tmp_path / "second"),
+    }
+    results = graphview.render_all(jobs, formats=("png",))
+    assert list(results) == list(jobs)
+    assert isinstance(results["missing"], graphview.GraphViewError) and "nope.onnx" in str(results["missing"])
+    for name in ("first", "second"):
+        assert results[name]["images"] == [str(tmp_path / name / "encoder_model.png")]
+        assert_real_picture(tmp_path / name / "encoder_model.png")
+        assert session_members(results[name]["session"]) == []
+
+
 def test_the_interactive_view_keeps_working_and_stays_on_the_loopback_server(encoder):
     """The IFrame's page, opened in Chromium 200 days from now: the graph, not netron's update prompt, and no
     request to any host but the loopback server."""

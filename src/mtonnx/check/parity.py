@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import torch
 
 from mtonnx.export.samples import PARITY_CASES, Case, SampleInputs
 from mtonnx.export.wrappers import decoder_layers, logits, subgraphs
-from mtonnx.foundation.envinfo import usable_cores
+from mtonnx.foundation.side_by_side import per_core
 from mtonnx.runtime import layout
 from mtonnx.runtime.cache import KVCache
 from mtonnx.runtime.output_rows import OutputRows
@@ -406,10 +405,10 @@ def layout_parity(
             for size, want in expected.items()
         }
 
-        def check(name: str, translator, expected=expected, batches=batches, beams=beams, search=search) -> list[dict]:
+        def check(name: str, expected=expected, batches=batches, beams=beams, search=search) -> list[dict]:
             out = []
             for size, want in expected.items():
-                got = generate_ids(translator, batches[size], num_beams=beams, max_new_tokens=max_new_tokens)
+                got = generate_ids(translators[name], batches[size], num_beams=beams, max_new_tokens=max_new_tokens)
                 result = token_match(got, want)
                 out.append(
                     {
@@ -422,7 +421,6 @@ def layout_parity(
                 )
             return out
 
-        with ThreadPoolExecutor(max(1, min(usable_cores(), len(translators)))) as pool:  # a layout per core
-            for part in pool.map(check, translators, translators.values()):
-                rows += part
+        for part in per_core(check, translators):  # a layout per core
+            rows += part
     return rows

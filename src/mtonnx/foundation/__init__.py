@@ -3,6 +3,7 @@
 - `files`: writes that never leave half a file (temp then rename, staged directories) and that respect what an
   output path already is (a device, a FIFO, a symlink).
 - `envinfo`: the versions, machine and git commit a run's numbers came from.
+- `side_by_side`: untimed work on threads, one per usable core.
 
 Standard library only at import time, so the torch-free runtime can build on it.
 """

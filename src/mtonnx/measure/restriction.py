@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from mtonnx.foundation import scores
+from mtonnx.foundation.side_by_side import call, per_core
 from mtonnx.measure import verdicts
 from mtonnx.measure.step_bytes import step_bytes
 from mtonnx.measure.timing import interleaved, paired_ratio
@@ -74,21 +75,28 @@ def restriction(
     (params' num_beams, max_new_tokens, batch_size), the mean columns per batch size, and (`timed`) speed at each
     (batch, beams) with `tokens` forced."""
     session = SessionSettings(threads=threads)
-    full, cut = Translator(full_dir, session=session), Translator(cut_dir, session=session)
     sources, references = [p.en for p in pairs], [p.zh for p in pairs]
     limit = generation["max_new_tokens"]
     beams_measured = sorted({b for _, b in configs})
-    checks = [same_tokens(full, cut, sources, beams, limit, source_prefix) for beams in beams_measured]
-    hypotheses = {
-        name: t.translate(
+
+    def check(beams: int) -> dict[str, Any]:
+        loaded = (Translator(d, session=session) for d in (full_dir, cut_dir))  # a thread's own
+        return same_tokens(*loaded, sources, beams, limit, source_prefix)
+
+    def translate(model_dir: str | Path) -> list[str]:
+        return Translator(model_dir, session=session).translate(
             sources,
             batch_size=generation["batch_size"],
             source_prefix=source_prefix,
             num_beams=generation["num_beams"],
             max_new_tokens=limit,
         )
-        for name, t in (("full", full), ("cut", cut))
-    }
+
+    jobs = [functools.partial(check, beams) for beams in beams_measured]
+    jobs += [functools.partial(translate, d) for d in (full_dir, cut_dir)]
+    done = per_core(call, jobs)  # untimed passes side by side, before any timing
+    checks, hypotheses = done[: len(beams_measured)], dict(zip(("full", "cut"), done[len(beams_measured) :]))
+    full, cut = Translator(full_dir, session=session), Translator(cut_dir, session=session)
     bootstrap = scores.paired_bootstrap(hypotheses["full"], {"cut": hypotheses["cut"]}, references)["systems"]["cut"]
     rows = [full.tokenizer.encode(f"{source_prefix} {s}".strip()) for s in sources]
     columns = {f"b{batch}": mean_columns(cut, rows, batch) for batch in sorted({b for b, _ in configs})}

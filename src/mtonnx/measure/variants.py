@@ -20,15 +20,14 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mtonnx.foundation.envinfo import usable_cores
 from mtonnx.foundation.scores import fidelity, paired_bootstrap, score
+from mtonnx.foundation.side_by_side import per_core
 from mtonnx.measure import verdicts
 from mtonnx.measure.probe import import_cost
 from mtonnx.measure.timing import interleaved, paired_ratio, summary
@@ -109,8 +108,7 @@ class VariantBench:
     def translate_all(self, variant_dirs: Mapping[str, str | Path], workers: int = 0) -> dict[str, dict[str, Any]]:
         """`translate` of every variant in `variant_dirs` ({name: dir}), `workers` at a time on threads (0: one per
         usable core; ONNX Runtime releases the GIL while it computes). Untimed: never run it beside a measurement."""
-        with ThreadPoolExecutor(max(1, min(workers or usable_cores(), len(variant_dirs)))) as pool:
-            return dict(zip(variant_dirs, pool.map(self.translate, variant_dirs.values())))
+        return dict(zip(variant_dirs, per_core(self.translate, variant_dirs.values(), workers)))
 
     def runtime(self, variant_dir: str | Path) -> Contender:
         """A speed contender: the runtime on a variant directory."""

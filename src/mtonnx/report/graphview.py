@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mtonnx.foundation.side_by_side import per_core
+
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -199,6 +201,21 @@ def render(
         last = lines[-1] if lines else f"exit {process.returncode}"
         raise GraphViewError(f"rendering {path.name} failed: {last}", process.pid)
     return {**json.loads(stdout.strip().splitlines()[-1]), "session": process.pid}
+
+
+def render_all(
+    jobs: dict[str, tuple[str | Path, str | Path]], formats: tuple[str, ...] = ("png", "svg")
+) -> dict[str, dict[str, Any] | GraphViewError]:
+    """`render` of each {name: (onnx path, out_dir)}, one renderer per core (each its own process and browser), in
+    the order given: {name: render's result, or the GraphViewError that says why that graph was not drawn}."""
+
+    def one(name: str) -> dict[str, Any] | GraphViewError:
+        try:
+            return render(*jobs[name], formats=formats)
+        except GraphViewError as err:
+            return err
+
+    return dict(zip(jobs, per_core(one, jobs)))
 
 
 def kill_session(process: subprocess.Popen) -> None:
