@@ -5,6 +5,7 @@ gate failed on purpose is one line naming the gate, the number and the threshold
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -137,9 +138,12 @@ def test_a_gate_failed_on_purpose_names_the_gate_the_number_and_the_threshold(mi
     done = migrate(tiny_dir, out, work / "strict.yaml", models_dir)
     lines = [line for line in done.stderr.splitlines() if line.startswith("mtonnx: error:")]
     assert done.returncode == 1 and len(lines) == 1, done.stderr[-2000:]
-    assert (
-        "gates: no variant besides fp32 passes both gates; the nearest, int8, is fail on the fidelity gate" in lines[0]
-    )
+    # fail or inconclusive: which, the tiny random model's int8 tokens on this CPU's kernels decide (8 sentences)
+    assert re.search(
+        r"gates: no variant besides fp32 passes both gates; the nearest, int8, is (fail|inconclusive) on the "
+        r"fidelity gate: [\d.]+% of sentences identical to fp32, 95 % CI \[",
+        lines[0],
+    ), lines[0]
     assert "against quant.fidelity_min 100%" in lines[0]
     assert (out / "variants" / "int8").is_dir() and not (out / layout.DEPLOY).exists()  # kept what was built
     assert "reused " in done.stderr and "export_manual (build key" in done.stderr
