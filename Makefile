@@ -11,7 +11,7 @@ endif
 STAMP := $(ENV_DIR)/.mtonnx-installed
 PARAMS ?= params/default.yaml
 
-.PHONY: install report test lint lab model docs docs-refresh clean distclean
+.PHONY: install report test lint lab model docs docs-refresh scale-refresh clean distclean
 
 install: $(STAMP)
 
@@ -46,6 +46,12 @@ docs: $(STAMP)
 docs-refresh: $(STAMP)
 	$(PYTHON) -m mtonnx run --params params/default.yaml
 	$(PYTHON) -m mtonnx.report.docs refresh outputs/default docs/reference
+
+# The whole lab at the real model's scale (params/opus-shape.yaml), each notebook's time published into docs/ and
+# written into README.md.
+scale-refresh: $(STAMP)
+	$(PYTHON) -m mtonnx run --params params/opus-shape.yaml
+	$(PYTHON) -m mtonnx.report.docs timings outputs/opus-shape docs README.md
 
 clean:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

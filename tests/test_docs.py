@@ -21,6 +21,7 @@ from mtonnx.report import docs, prose
 
 DOCS = REPO / "docs"
 REFERENCE = DOCS / "reference"
+SCALE = DOCS / docs.SCALE_REFERENCE
 NOTEBOOKS = REPO / "notebooks"
 DATA = Path(__file__).parent / "data" / "reference"
 PAGES = (
@@ -228,6 +229,61 @@ def test_the_reference_run_matches_the_code():
         pytest.skip(ABSENT)
     default = params_module.load(REPO / "params" / "default.yaml")["_hash"]
     assert docs.stale(REFERENCE, NOTEBOOKS, default) == [], "make docs-refresh publishes a run of this code"
+
+
+def test_stale_reads_the_timed_notebooks_of_a_run_published_without_them(tmp_path):
+    published, notebooks = tmp_path / "published", tmp_path / "notebooks"
+    published.mkdir()
+    notebooks.mkdir()
+    for name in ("01_a.ipynb", "02_b.ipynb"):
+        (notebooks / name).write_text("{}")
+    (published / "env.json").write_text(json.dumps({"params_hash": "aaa"}))
+    (published / "metrics.json").write_text(json.dumps({"run": {"notebook_seconds": {"01_a": 60.0}}}))
+    assert docs.stale(published, notebooks, "bbb", "params/opus-shape.yaml") == [
+        "02_b.ipynb is in notebooks/ but not in the reference run",
+        "the reference run's params hash aaa is not params/opus-shape.yaml's bbb",
+    ]
+
+
+def test_timings_are_published_alone_and_filled_into_a_file_in_place(tmp_path):
+    run, docs_dir = tmp_path / "run", tmp_path / "docs"
+    run.mkdir()
+    shutil.copytree(DATA, docs_dir / "reference")
+    shutil.copy2(DATA / "env.json", run / "env.json")
+    metrics = json.loads((DATA / "metrics.json").read_text())
+    metrics.setdefault("run", {}).pop("notebook_seconds", None)
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    published = docs_dir / docs.SCALE_REFERENCE
+    with pytest.raises(ValueError, match="recorded no notebook times"):
+        docs.publish_timings(run, published)
+    assert not published.exists()
+
+    readme = tmp_path / "README.md"
+    readme.write_text("# R\n\nIt took:\n\n<!-- generated: scale_timings -->\n<!-- /generated -->\n\nThe end.\n")
+    assert docs.fill(readme, docs_dir / "reference")
+    assert "No run at the real model's scale is published" in readme.read_text()
+
+    metrics["run"]["notebook_seconds"] = {"01_inspect_model": 61.2, "05_cached_decoder": 300.4}
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    assert docs.publish_timings(run, published)["seconds"] == metrics["run"]["notebook_seconds"]
+    assert sorted(p.name for p in published.iterdir()) == ["env.json", "metrics.json"]
+    assert docs.fill(readme, docs_dir / "reference")
+    text = readme.read_text()
+    assert "Measured by the opus-shape run of commit" in text and "No run at" not in text
+    assert "| 05_cached_decoder | 300 |" in text and "| **all 2** | **362** (6.0 minutes) |" in text
+    assert text.startswith("# R\n\nIt took:\n") and text.endswith("<!-- /generated -->\n\nThe end.\n")
+    assert prose.findings(text) == []
+    assert not docs.fill(readme, docs_dir / "reference")  # filled once, a second fill changes nothing
+
+
+def test_the_scale_run_in_the_readme_matches_the_code():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "<!-- generated: scale_timings -->" in readme
+    assert docs.filled(readme, REFERENCE, "docs/reference") == readme, "make scale-refresh writes the README's times"
+    if not SCALE.is_dir():
+        pytest.skip(f"{SCALE} is absent: make scale-refresh publishes the opus-shape run")
+    opus = params_module.load(REPO / "params" / "opus-shape.yaml")["_hash"]
+    assert docs.stale(SCALE, NOTEBOOKS, opus, "params/opus-shape.yaml") == [], "make scale-refresh publishes a new run"
 
 
 # The prose

@@ -7,28 +7,34 @@ docs/hooks.py), so nothing generated is ever typed into a page and nothing can d
   date, CPU and thread count of the run that measured them;
 - `pitfalls`: what the reference run reproduced and what doctor found on its exports;
 - `examples`: what the reference model knows, in and out of domain, with its best and worst translations;
-- `figures`: the reference run's figures with their captions, grouped by the notebook that drew them.
+- `figures`: the reference run's figures with their captions, grouped by the notebook that drew them;
+- `scale_timings`: how long each notebook took at the real model's scale (params/opus-shape.yaml), from that run's
+  metrics and env, published beside the reference run (SCALE_REFERENCE) since the site shows none of its notebooks.
 A rendered block ends with GENERATED_END, so whatever reads the built page can tell generated text from prose.
 `lab_nav` lists the reference run's notebooks in the site's navigation, under the lab's page.
 
 `refresh` copies what the site needs from a run directory into docs/reference/ (executed notebooks with their
 outputs, figures, metrics.json, env.json, the report, its screenshot and the deployed model's card; never an ONNX
-file), refusing more than REFERENCE_LIMIT_MB. `stale` says how the committed reference run no longer matches the
-code. report.prose finds a measured number typed into prose, outside these blocks, where it would go stale.
+file), refusing more than REFERENCE_LIMIT_MB. `publish_timings` copies only a run's metrics and env, for
+`scale_timings`. `stale` says how a published run no longer matches the code. `fill` writes the generated blocks of
+a file read outside the site (the README) in place. report.prose finds a measured number typed into prose, outside
+these blocks, where it would go stale.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from mtonnx.foundation.files import staged_dir
+from mtonnx.foundation.files import staged_dir, write_atomic
 from mtonnx.report.prose import GENERATED_END
 
 REFERENCE_LIMIT_MB = 10.0
+SCALE_REFERENCE = "reference-opus-shape"  # beside the reference run: the opus-shape run's notebook times
 MARKER = re.compile(r"<!-- generated: (\w+) -->")
 COPIED = ("metrics.json", "env.json", "index.html", "report.png", "deploy/model_card.md")
 NOTEBOOK = "[0-9][0-9]_*.ipynb"
@@ -67,11 +73,11 @@ def params_reference() -> str:
     return "\n".join(parts)
 
 
-def _stamp(env: dict[str, Any]) -> str:
+def _stamp(env: dict[str, Any], run: str = "the reference run") -> str:
     cpu, git = env.get("cpu", {}), env.get("git", {})
     threads = env.get("params", {}).get("runtime", {}).get("threads")
     return (
-        f"Measured by the reference run of commit `{(git.get('sha') or 'unknown')[:12]}` on {env.get('started')}: "
+        f"Measured by {run} of commit `{(git.get('sha') or 'unknown')[:12]}` on {env.get('started')}: "
         f"{cpu.get('model')} ({cpu.get('usable_cores')} cores), {threads} ONNX Runtime thread(s), onnxruntime "
         f"{env.get('packages', {}).get('onnxruntime')}, params `{env.get('params', {}).get('name')}` "
         f"({env.get('params_hash')})."
@@ -122,13 +128,13 @@ def results(reference: str | Path) -> str:
     return "\n".join(out)
 
 
-def timings(reference: str | Path) -> str:
-    """How long each notebook of the reference run took, as its runner measured it, and the total."""
+def timings(reference: str | Path, run: str = "the reference run") -> str:
+    """How long each notebook of `run` (published in `reference`) took, as its runner measured it, and the total."""
     env = json.loads((Path(reference) / "env.json").read_text(encoding="utf-8"))
     seconds = _metrics(reference).get("run", {}).get("notebook_seconds") or {}
     if not seconds:
-        return "The reference run recorded no notebook times: `make docs-refresh` publishes a run that does."
-    out = [_stamp(env), "", "| notebook | seconds |", "| --- | --- |"]
+        return f"{run[0].upper()}{run[1:]} recorded no notebook times: publish a run that does."
+    out = [_stamp(env, run), "", "| notebook | seconds |", "| --- | --- |"]
     out += [f"| {name} | {s:.0f} |" for name, s in seconds.items()]
     total = sum(seconds.values())
     out += [f"| **all {len(seconds)}** | **{total:.0f}** ({total / 60:.1f} minutes) |"]
@@ -198,6 +204,7 @@ def render(markdown: str, reference: str | Path, href: str = "reference") -> str
         "pitfalls": lambda: pitfalls(reference),
         "examples": lambda: examples(reference),
         "figures": lambda: figures(reference, href),
+        "scale_timings": lambda: scale_timings(Path(reference).parent / SCALE_REFERENCE),
     }
 
     def replace(match: re.Match) -> str:
@@ -206,6 +213,30 @@ def render(markdown: str, reference: str | Path, href: str = "reference") -> str
         return f"{match.group(0)}\n\n{makers[match.group(1)]()}\n\n{GENERATED_END}\n"
 
     return MARKER.sub(replace, markdown)
+
+
+def scale_timings(published: str | Path) -> str:
+    """Each notebook's time at the real model's scale, from the opus-shape run published in `published`."""
+    if not (Path(published) / "env.json").is_file():
+        return "No run at the real model's scale is published: `make scale-refresh` runs and publishes one."
+    return timings(published, "the opus-shape run")
+
+
+def filled(text: str, reference: str | Path, href: str = "reference") -> str:
+    """`text` with each generated block, filled or not, as `render` writes it now."""
+    block = re.compile(MARKER.pattern + r"\n.*?" + re.escape(GENERATED_END) + r"\n?", re.DOTALL)
+    return render(block.sub(lambda m: m.group(0)[: m.group(0).index("-->") + 3], text), reference, href)
+
+
+def fill(path: str | Path, reference: str | Path) -> bool:
+    """Write `path`'s generated blocks in place (a file read outside the site, such as the README, holds what
+    `render` would put there); True when that changed the file."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    new = filled(text, reference, Path(os.path.relpath(reference, path.parent)).as_posix())
+    if new != text:
+        write_atomic(path, new)
+    return new != text
 
 
 def lab_nav(nav: list[Any], page: str, reference: str | Path, href: str = "reference") -> list[Any]:
@@ -246,37 +277,75 @@ def refresh(run_dir: str | Path, reference: str | Path, limit_mb: float = REFERE
     return {"mb": round(size, 2), "notebooks": sorted(p.name for p in (Path(reference) / "notebooks").iterdir())}
 
 
-def stale(reference: str | Path, notebooks: str | Path, params_hash: str) -> list[str]:
-    """How the reference run no longer matches the code: notebooks in one but not the other, another params hash."""
+def publish_timings(run_dir: str | Path, published: str | Path) -> dict[str, Any]:
+    """Replace `published` with `run_dir`'s metrics.json and env.json, what `scale_timings` reads; ValueError when the
+    run recorded no notebook times."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "env.json").is_file() or not _published_seconds(run_dir):
+        raise ValueError(f"{run_dir} recorded no notebook times (run `mtonnx run --params ...` to the end first)")
+    with staged_dir(published) as tmp:
+        for name in ("metrics.json", "env.json"):
+            shutil.copy2(run_dir / name, tmp / name)
+    return {"seconds": _published_seconds(published)}
+
+
+def _published_seconds(reference: str | Path) -> dict[str, float]:
+    """The notebook times a run recorded ({} when it has no metrics.json or recorded none)."""
+    if not (Path(reference) / "metrics.json").is_file():
+        return {}
+    return _metrics(reference).get("run", {}).get("notebook_seconds") or {}
+
+
+def stale(
+    reference: str | Path, notebooks: str | Path, params_hash: str, params_file: str = "params/default.yaml"
+) -> list[str]:
+    """How a published run no longer matches the code: notebooks in one but not the other (its executed notebooks,
+    or the notebooks it timed when only its metrics are published), another hash of `params_file`."""
     reference = Path(reference)
-    have = {p.name for p in (reference / "notebooks").glob(NOTEBOOK)}
+    if (reference / "notebooks").is_dir():
+        have = {p.name for p in (reference / "notebooks").glob(NOTEBOOK)}
+    else:
+        have = {f"{name}.ipynb" for name in _published_seconds(reference)}
     want = {p.name for p in Path(notebooks).glob(NOTEBOOK)}
     env = json.loads((reference / "env.json").read_text(encoding="utf-8")) if (reference / "env.json").is_file() else {}
     problems = [f"{name} is in notebooks/ but not in the reference run" for name in sorted(want - have)]
     problems += [f"{name} is in the reference run but not in notebooks/" for name in sorted(have - want)]
     if env.get("params_hash") != params_hash:
         problems.append(
-            f"the reference run's params hash {env.get('params_hash')} is not params/default.yaml's {params_hash}"
+            f"the reference run's params hash {env.get('params_hash')} is not {params_file}'s {params_hash}"
         )
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mtonnx.report.docs refresh RUN_DIR REFERENCE_DIR`: what `make docs-refresh` calls."""
+    """`python -m mtonnx.report.docs refresh RUN_DIR REFERENCE_DIR`: what `make docs-refresh` calls;
+    `... timings RUN_DIR DOCS_DIR [FILE ...]`: what `make scale-refresh` calls (publish a run's notebook times into
+    DOCS_DIR/SCALE_REFERENCE, then fill the generated blocks of each FILE, such as README.md, from DOCS_DIR)."""
     import argparse
     import sys
 
     parser = argparse.ArgumentParser(prog="python -m mtonnx.report.docs")
-    parser.add_argument("command", choices=("refresh",))
+    parser.add_argument("command", choices=("refresh", "timings"))
     parser.add_argument("run_dir")
-    parser.add_argument("reference")
+    parser.add_argument("reference", help="refresh: the reference directory; timings: the docs directory")
+    parser.add_argument("files", nargs="*", help="timings: files whose generated blocks to fill (e.g. README.md)")
     args = parser.parse_args(argv)
     try:
-        done = refresh(args.run_dir, args.reference)
+        if args.command == "refresh":
+            done = refresh(args.run_dir, args.reference)
+            print(
+                f"reference run: {args.reference} ({done['mb']} MB, {len(done['notebooks'])} notebooks)",
+                file=sys.stderr,
+            )
+            return 0
+        seconds = publish_timings(args.run_dir, Path(args.reference) / SCALE_REFERENCE)["seconds"]
     except ValueError as err:
         print(f"mtonnx: error: {err}", file=sys.stderr)
         return 2
-    print(f"reference run: {args.reference} ({done['mb']} MB, {len(done['notebooks'])} notebooks)", file=sys.stderr)
+    print(f"timings: {len(seconds)} notebooks, {sum(seconds.values()):.0f} s in all", file=sys.stderr)
+    for name in args.files:
+        changed = fill(name, Path(args.reference) / "reference")
+        print(f"{name}: {'updated' if changed else 'unchanged'}", file=sys.stderr)
     return 0
 
 
