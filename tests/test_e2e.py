@@ -86,6 +86,25 @@ def test_every_notebook_executed_without_error(ci_run):
         assert f"[{expected.index(name) + 1}/{len(expected)}] {name} ok" in done.stderr
 
 
+def test_every_saved_figure_is_shown_by_the_cell_that_drew_it_and_no_figure_cell_prints_a_path(ci_run):
+    from mtonnx.report.record import FIGURES_DIR, captions
+
+    out, _ = ci_run
+    titles = captions(out)
+    shown: dict[str, str] = {}
+    for path in sorted((out / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code" or "save_figure(" not in cell.source:
+                continue
+            for output in cell.outputs:
+                if "image/png" in output.get("data", {}):
+                    shown[output["metadata"]["image/png"]["alt"]] = path.name
+                text = output.get("text", "") + output.get("data", {}).get("text/plain", "")
+                assert "PosixPath" not in text and ".png" not in text, (path.name, text)
+    saved = {titles.get(p.stem, p.stem) for p in (out / FIGURES_DIR).glob("*.png")}
+    assert saved and saved == set(shown), saved ^ set(shown)
+
+
 def test_metrics_env_and_index(ci_run):
     out, _ = ci_run
     metrics = flatten(json.loads((out / "metrics.json").read_text()))

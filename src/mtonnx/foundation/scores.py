@@ -7,6 +7,7 @@ importing this module needs it, so the torch-free runtime never does.
 
 from __future__ import annotations
 
+from itertools import zip_longest
 from typing import Any
 
 import numpy as np
@@ -120,6 +121,23 @@ def by_source(sources: list[str], hypotheses: list[str], references: list[str]) 
         scores = score([hypotheses[i] for i in picked], [references[i] for i in picked])
         out[name] = {"sentences": len(picked), "bleu": scores["bleu"], "chrf": scores["chrf"]}
     return out
+
+
+def sentence_chrf(hypotheses: list[str], references: list[str]) -> list[float]:
+    """Each translation's chrF against its reference, rounded to 0.1."""
+    chrf = CHRF()
+    return [round(chrf.sentence_score(h, [r]).score, 1) for h, r in zip(hypotheses, references)]
+
+
+def showcase(hypotheses: list[str], references: list[str], count: int = 6) -> list[int]:
+    """The rows of an example table: the best and the worst translations by sentence chrF, alternating from the best
+    (ties by position), so a reader sees where the model is right next to where it is wrong, never only the first
+    rows of the set."""
+    scored = sentence_chrf(hypotheses, references)
+    order = sorted(range(len(scored)), key=lambda i: (-scored[i], i))
+    best = order[: (count + 1) // 2]
+    worst = [i for i in reversed(order) if i not in best][: count // 2]
+    return [i for pair in zip_longest(best, worst) for i in pair if i is not None]
 
 
 def best_and_worst(pairs: list, hypotheses: list[str], count: int = 2) -> list[dict[str, Any]]:

@@ -41,3 +41,31 @@ def load_baseline(run_dir) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: run notebook 01 first (python -m mtonnx run --only 01,...)")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def showcase_rows(items: list[dict], count: int = 6) -> list[int]:
+    """Which of these baseline items an example table shows: where PyTorch's beam translation is closest to the
+    reference next to where it is farthest (foundation.scores.showcase)."""
+    from mtonnx.foundation.scores import showcase
+
+    return showcase([i["beam"] for i in items], [i["zh"] for i in items], count)
+
+
+def example_table(items: list[dict], columns: dict[str, list[str]], rows: list[int] | None = None):
+    """A lesson's example table: English, the reference and PyTorch's beam translation with its sentence chrF, then
+    each of `columns` (outputs aligned with `items`, or with `rows` when given), on the showcase rows."""
+    import pandas as pd
+
+    from mtonnx.foundation.scores import sentence_chrf
+
+    shown = showcase_rows(items) if rows is None else rows
+    picked = [items[r] for r in shown]
+    return pd.DataFrame(
+        {
+            "English": [i["en"] for i in picked],
+            "reference": [i["zh"] for i in picked],
+            "PyTorch beam": [i["beam"] for i in picked],
+            "chrF vs reference": sentence_chrf([i["beam"] for i in picked], [i["zh"] for i in picked]),
+            **{name: list(out) if rows is not None else [out[r] for r in shown] for name, out in columns.items()},
+        }
+    )

@@ -1,14 +1,17 @@
-"""Matplotlib figures shared by the notebooks (headless backend; a CJK font when one is installed)."""
+"""Matplotlib figures shared by the notebooks (a CJK font when one is installed).
+
+Each figure is a `matplotlib.figure.Figure` made without pyplot: it needs no backend, so importing this module
+leaves the process's backend alone (JupyterLab's inline one included), and pyplot never shows it a second time.
+`report.save_figure` writes it for the report and shows it in the notebook.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-from matplotlib import font_manager  # noqa: E402
+from matplotlib import font_manager
+from matplotlib.figure import Figure
 
 # Chinese text needs a CJK font (Debian: fonts-noto-cjk); with none installed, matplotlib's default stays.
 CJK_FONT = next((f.name for f in font_manager.fontManager.ttflist if "CJK" in f.name), None)
@@ -16,10 +19,16 @@ if CJK_FONT:
     matplotlib.rcParams["font.sans-serif"] = [CJK_FONT, *matplotlib.rcParams["font.sans-serif"]]
 
 
+def _axes(width: float, height: float):
+    """A new figure of `width` x `height` inches with one set of axes."""
+    fig = Figure(figsize=(width, height))
+    return fig, fig.subplots()
+
+
 def barh(rows: list[dict[str, Any]], label: str, value: str, title: str, xlabel: str | None = None):
     """A horizontal bar chart of rows[i][value] labelled by rows[i][label], largest on top."""
     rows = sorted(rows, key=lambda r: r[value])
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
+    fig, ax = _axes(7, 0.45 * len(rows) + 1.2)
     bars = ax.barh([str(r[label]) for r in rows], [r[value] for r in rows], color="#4c72b0")
     ax.bar_label(bars, labels=[f"{r[value]:,}" for r in rows], padding=3, fontsize=8)
     ax.set_title(title)
@@ -43,7 +52,7 @@ def grouped_bars(
 
     labels = [str(r[category]) for r in rows]
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
+    fig, ax = _axes(max(6, 1.6 * len(rows)), 4)
     width = 0.8 if stacked else 0.8 / len(series)
     bottom = np.zeros(len(rows))
     for i, name in enumerate(series):
@@ -67,7 +76,7 @@ def decoding_flow(start: str = "pad"):
     in the model's family), decoder_with_past at step t."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
-    fig, ax = plt.subplots(figsize=(11, 5.2))
+    fig, ax = _axes(11, 5.2)
     ax.set_xlim(0, 11)
     ax.set_ylim(0, 5.2)
     ax.axis("off")
@@ -142,7 +151,7 @@ def lines(
     logy: bool = False,
 ):
     """One line per value of `series` (a pandas DataFrame in long form), with an optional min-max band."""
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _axes(7, 4.2)
     for name, group in frame.groupby(series, sort=False):
         group = group.sort_values(x)
         ax.plot(group[x], group[y], marker="o", label=name)
@@ -161,7 +170,7 @@ def lines(
 
 def scatter(points: list[dict[str, Any]], x: str, y: str, label: str, title: str, pareto: bool = False):
     """Labelled points; with `pareto`, the front of lowest x for highest y is drawn dashed."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = _axes(7, 4.5)
     ax.scatter([p[x] for p in points], [p[y] for p in points], color="#4c72b0")
     for p in points:
         ax.annotate(str(p[label]), (p[x], p[y]), fontsize=7.5, xytext=(4, 3), textcoords="offset points")
@@ -185,7 +194,7 @@ def deltas(rows: dict[str, dict[str, Any]], gate: float, metric: str = "bleu"):
     """Each variant's delta to the baseline with its 95 % CI as a whisker, coloured by gate, and the gate line."""
     colors = {"pass": "#2e7d32", "fail": "#c62828", "inconclusive": "#f9a825"}
     names = list(rows)
-    fig, ax = plt.subplots(figsize=(7, 0.42 * len(names) + 1.4))
+    fig, ax = _axes(7, 0.42 * len(names) + 1.4)
     for y, name in enumerate(names):
         row = rows[name]
         low, high = row[f"{metric}_delta_ci"]

@@ -53,16 +53,36 @@ def recorded(run_dir: str | Path, section: str) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def save_figure(fig, run_dir: str | Path, name: str, caption: str = "") -> Path:
-    """Save a matplotlib figure as `figures/<name>.png` with its caption (the report shows every figure there)."""
+def save_figure(fig, run_dir: str | Path, name: str, caption: str = "") -> None:
+    """Save a matplotlib figure as `figures/<name>.png` with its caption (the report shows every figure there), and
+    show that same PNG as the cell's output when a notebook runs this: the lesson shows its figure, not a path."""
     import io
 
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    path = write_atomic(Path(run_dir) / FIGURES_DIR / f"{name}.png", buffer.getvalue())
+    write_atomic(Path(run_dir) / FIGURES_DIR / f"{name}.png", buffer.getvalue())
     if caption:
         write_json(Path(run_dir) / FIGURES_DIR / CAPTIONS, {**captions(run_dir), name: caption})
-    return path
+    show_png(buffer.getvalue(), caption or name)
+
+
+def show_png(png: bytes, alt: str) -> bool:
+    """Display a PNG as an output of the Jupyter kernel running this, `alt` its text form (False, and nothing shown,
+    outside one)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    if getattr(shell, "kernel", None) is None:
+        return False
+    import base64
+
+    from IPython.display import display
+
+    bundle = {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": alt}
+    display(bundle, raw=True, metadata={"image/png": {"alt": alt}})
+    return True
 
 
 def captions(run_dir: str | Path) -> dict[str, str]:
