@@ -190,6 +190,8 @@ CORRUPTIONS = {
     "metrics.json a list": ("metrics.json", "[1, 2]", "metrics.json holds a JSON list"),
     "metrics.json not JSON": ("metrics.json", "{oops", "metrics.json cannot be read"),
     "metrics.json bench a string": ("metrics.json", '{"bench": "x"}', "'bench' is str"),
+    "metrics.json tuning a string": ("metrics.json", '{"tuning": "x"}', "'tuning' is str"),
+    "metrics.json tuning a list": ("metrics.json", '{"tuning": [1]}', "'tuning' is list"),
     "metrics.json bench results of strings": ("metrics.json", '{"bench": {"results": ["x"]}}', "bench.results"),
     "env.json params a list": ("env.json", '{"params": []}', "'params' is list"),
     "env.json compare a string": ("env.json", '{"params": {"compare": "x"}}', "'compare' is str"),
@@ -215,6 +217,17 @@ def test_compare_of_a_corrupt_run_is_one_line_and_exit_2(tmp_path, case):
     for a, b in ((good, bad), (bad, good)):
         line = one_error_line(run_cli("compare", str(a), str(b)))
         assert message in line, line
+
+
+def test_compare_to_a_full_stdout_names_the_comparison_and_exit_2(tmp_path):
+    run = write_run(tmp_path / "a")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            mtonnx_cmd("compare", str(run), str(run)), stdout=full, stderr=subprocess.PIPE, text=True, timeout=120
+        )
+    assert done.returncode == 2, done.stderr
+    line = one_error_line(done)
+    assert "cannot write the comparison to stdout" in line and "--out DIR" in line, line
 
 
 # 6. Model directory faults name the file; a missing generation_config.json says which settings were taken.

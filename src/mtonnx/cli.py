@@ -310,17 +310,18 @@ def _output_problem(output: str | None, source: str | None) -> str | None:
     return None
 
 
-def _write_stdout(text: str) -> str | None:
-    """Write the output to stdout; why it could not be written (a closed stdout, a full disk), or None. After a
-    failed write stdout points at /dev/null, so the interpreter's own flush at exit cannot fail again."""
+def _write_stdout(text: str, what: str = "the translation", instead: str = "an output file with -o FILE") -> str | None:
+    """Write `what` to stdout; why it could not be written (a closed stdout, a full disk), naming what and where to
+    write it `instead`, or None. After a failed write stdout points at /dev/null, so the interpreter's own flush at
+    exit cannot fail again."""
     if sys.stdout is None:
-        return "stdout is closed: give an output file with -o FILE"
+        return f"stdout is closed: give {instead}"
     try:
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.buffer.flush()
     except OSError as err:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return f"cannot write the translation to stdout ({err.strerror or err})"
+        return f"cannot write {what} to stdout ({err.strerror or err}): give {instead}"
     return None
 
 
@@ -432,7 +433,7 @@ def _compare(args: argparse.Namespace) -> int:
             return fail(f"cannot write into --out {args.out} ({err.strerror or err})")
         print(f"compare: {path}", file=sys.stderr)
     else:
-        problem = _write_stdout(text)
+        problem = _write_stdout(text, "the comparison", "a directory with --out DIR")
         if problem:
             return fail(problem)
     for regression in result["regressions"]:

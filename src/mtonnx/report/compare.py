@@ -70,7 +70,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     if not run_dir.is_dir():
         raise CompareError(f"{run_dir} is not a directory")
     metrics = _read_json(run_dir / "metrics.json", dict)
-    for key in ("bench", "quant", "run"):
+    for key in metrics:  # a run records every section as an object
         _mapping(metrics, key, run_dir / "metrics.json")
     results = metrics.get("bench", {}).get("results", [])
     if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
