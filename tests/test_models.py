@@ -117,3 +117,19 @@ def test_unreachable_hub_is_one_clear_error(tmp_path, models_dir):
     )
     assert "set `model.path`" in errors[0]
     assert "Traceback" not in done.stderr
+
+
+def test_a_missing_path_is_named_as_a_directory_never_fetched_from_the_hub(tmp_path):
+    for name in (str(tmp_path / "no-such-model"), "./no-such-model", "~/no-such-model", "a/b/c"):
+        with pytest.raises(models.ModelSourceError) as caught:
+            models.resolve({"name": name, "path": None}, tmp_path)
+        assert str(caught.value) == (
+            f"model directory {name} does not exist (and it is not a hub name such as org/model)"
+        ), caught.value
+
+
+def test_a_regular_file_given_as_the_model_is_named_a_file(tmp_path):
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"x")
+    with pytest.raises(models.ModelSourceError, match=r"model.safetensors is a file, not a model directory"):
+        models.resolve({"name": "mine", "path": str(weights)}, tmp_path)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,10 @@ RECIPES: dict[str, dict[str, Any]] = {
 RECIPE_VERSION = 2  # bump when the build code changes what it writes
 # Models trained by `mtonnx train` and committed under <project root>/models/ (the default is one of them).
 TRAINED = ("hsk-enzh",)
+
+
+# A hub id: a name, or an organisation and a name, without path syntax (no leading . / ~, at most one slash).
+HUB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)?")
 
 
 class ModelSourceError(RuntimeError):
@@ -261,6 +266,8 @@ def load_pretrained(directory: str | Path):
 def check_model_dir(directory: Path) -> Path:
     """A local model directory, checked for the files its family needs (and, for a family that forces the
     target-language token first, that its generation_config.json says which)."""
+    if directory.exists() and not directory.is_dir():
+        raise ModelSourceError(f"{directory} is a file, not a model directory: give the directory that holds it")
     if not directory.is_dir():
         raise ModelSourceError(f"model directory {directory} does not exist")
     try:
@@ -292,6 +299,8 @@ def _from_hub(name: str) -> Path:
     """A hub model from the local cache, else downloaded; one clear error when neither works."""
     from huggingface_hub import snapshot_download
 
+    if not HUB_NAME.fullmatch(name):  # a path (absolute, relative, ~) that does not exist, never a hub id
+        raise ModelSourceError(f"model directory {name} does not exist (and it is not a hub name such as org/model)")
     patterns = ["*.json", "*.spm", "*.model", "*.safetensors", "*.txt", "*.md"]
     try:
         return check_model_dir(Path(snapshot_download(name, local_files_only=True, allow_patterns=patterns)))
