@@ -183,3 +183,21 @@ def test_sigterm_answers_a_stalled_client_json_503_and_exits_0(hand_export):
     assert (status, body, headers["retry-after"], code) == (503, SHUTTING_DOWN, "1", 0)
     log = service.log()
     assert "POST /translate 503 0 sentences" in log and "Traceback" not in log and " ERROR " not in log
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_an_oversized_body_sent_whole_before_reading_gets_its_413_not_a_reset(chunked):
+    import urllib.error
+    import urllib.request
+
+    body = b'{"q": "' + b"x" * 3_000_000 + b'"}'
+    data = iter([body[i : i + 65536] for i in range(0, len(body), 65536)]) if chunked else body
+    with running(create_app(Echo(), ServeSettings(max_body_bytes=100_000))) as (port, _):
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/translate", data=data, headers={"Content-Type": "application/json"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 413
+        assert "at most 100000 (max_body_bytes)" in json.loads(refused.value.read())["error"]
+        assert _get(port, "/health/ready") == 200

@@ -4,7 +4,11 @@ The body guard bounds reading a request's body, each refusal a JSON error: 413 n
 Content-Length says the body is too large, otherwise as soon as the bytes read pass the limit (a chunked body is
 never buffered past it); 408 when the body is not complete within `timeout_s` of the request's start (a stalled
 client); 503 when the service starts shutting down while a client is still sending (it is answered at once rather
-than holding the shutdown). The rest of such a body is never read, so these answers close the connection.
+than holding the shutdown). These answers close the connection. Before a 413, the rest of the body is read and
+dropped, up to DRAIN_BYTES and within `timeout_s`: most clients (urllib, requests) send the whole body before they
+read an answer, and a server that closes on unread bytes resets the connection, so they would see "Connection
+reset" or "Broken pipe" instead of the 413. A client that asked `Expect: 100-continue` has sent no body yet and is
+answered at once.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from mtonnx.serve.metrics import ServiceMetrics
 NOTE = "mtonnx.note"  # scope key: what the endpoint tells the log ({"sentences": n, "text": ...})
 CLIENT_CLOSED = 499  # the client disconnected before its answer (nginx's code): counted apart from server errors
 RETRY_AFTER_S = "1"
+DRAIN_BYTES = 64 * 2**20  # the most of a refused body read and dropped before its 413 (past it: answered at once)
 SHUTTING_DOWN = "the service is shutting down; retry later"
 log = logging.getLogger("mtonnx.serve")
 
@@ -82,6 +87,8 @@ class BodyGuard:
             return await self.app(scope, receive, send)
         length = _content_length(scope)
         if length is not None and length > self.max_body_bytes:
+            if length <= DRAIN_BYTES and not _expects_continue(scope):
+                await self._drain(receive, time.monotonic() + self.timeout_s)
             body = json.dumps({"error": self.too_large(length)}).encode()
             headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
             await send({"type": "http.response.start", "status": 413, "headers": [*headers, (b"connection", b"close")]})
@@ -97,11 +104,26 @@ class BodyGuard:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_body_bytes:
+                    if message.get("more_body", False):
+                        await self._drain(receive, deadline, seen)
                     raise _refusal(413, self.too_large())  # the app's handler answers it as JSON
                 complete = not message.get("more_body", False)
             return message
 
         return await self.app(scope, guarded, send)
+
+    async def _drain(self, receive: Receive, deadline: float, seen: int = 0) -> None:
+        """Read and drop the rest of a refused body: until its end, DRAIN_BYTES, the deadline or a disconnect."""
+        while seen <= DRAIN_BYTES:
+            try:
+                message = await self._next(receive, deadline)
+            except HTTPException:  # the deadline passed or the shutdown began: answer now
+                return
+            if message["type"] != "http.request":
+                return
+            seen += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
     async def _next(self, receive: Receive, deadline: float) -> Message:
         """The next body message, unless the deadline passes (408) or the shutdown begins (503) first."""
@@ -123,6 +145,10 @@ class BodyGuard:
 def _refusal(status: int, message: str, headers: dict[str, str] | None = None) -> HTTPException:
     """An answer to a request whose body is left unread: the connection closes after it."""
     return HTTPException(status, message, headers={"Connection": "close", **(headers or {})})
+
+
+def _expects_continue(scope: Scope) -> bool:
+    return any(name == b"expect" and value.lower() == b"100-continue" for name, value in scope.get("headers", []))
 
 
 def _content_length(scope: Scope) -> int | None:
