@@ -13,6 +13,7 @@ from conftest import REPO, cli_env, mtonnx_cmd, needs_browser, run_cli
 from mtonnx.report import schema
 from mtonnx.report.record import flatten
 from mtonnx.runtime import layout
+from test_published_paths import machine_paths
 
 pytestmark = pytest.mark.e2e
 EXPECTED_METRICS = (
@@ -153,6 +154,15 @@ def test_every_recorded_metric_is_declared(ci_run):
     metrics = flatten(json.loads((out / "metrics.json").read_text()))
     assert schema.undeclared(metrics) == []
     assert "not declared in mtonnx/report/schema.py" not in done.stderr
+
+
+def test_what_a_run_publishes_holds_no_absolute_path_of_this_machine(ci_run, models_dir):
+    """Notebooks, report, metrics, env.json and model card name paths relative to the run dir or the project root
+    (this run, outside the project, reaches it with `..`): never the run dir's, the checkout's, the temp dir's or
+    the libraries' absolute path."""
+    out, _ = ci_run
+    assert (out / layout.DEPLOY / layout.MODEL_CARD).is_file()
+    assert machine_paths(out, models_dir) == []
 
 
 def test_the_eight_graphs_are_rendered(ci_run):

@@ -1,4 +1,5 @@
-"""env.json: the versions, machine and params a run's numbers came from."""
+"""env.json: the versions, machine and params a run's numbers came from. Paths in it are relative to the project
+root: the machine's facts are its CPU, cores and versions, not where it keeps the checkout."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from mtonnx.foundation.files import relative
+
 PACKAGES = (
     "mtonnx",
     "torch",
@@ -19,6 +22,7 @@ PACKAGES = (
     "onnx",
     "onnxruntime",
     "onnxscript",
+    "ctranslate2",
     "sentencepiece",
     "sacrebleu",
     "numpy",
@@ -48,6 +52,7 @@ def collect(params: dict[str, Any]) -> dict[str, Any]:
     import onnxruntime
     import psutil
 
+    root = Path(params.get("_root") or Path.cwd())
     return {
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "python": platform.python_version(),
@@ -56,11 +61,21 @@ def collect(params: dict[str, Any]) -> dict[str, Any]:
         "onnxruntime_providers": onnxruntime.get_available_providers(),
         "cpu": cpu_info(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "git": git_info(Path(params.get("_root") or Path.cwd())),
-        "params_file": params.get("_file"),
+        "git": git_info(root),
+        "params_file": relative(params["_file"], root) if params.get("_file") else None,
         "params_hash": params.get("_hash"),
-        "params": {k: v for k, v in params.items() if not k.startswith("_")},
+        "params": published_params(params, root),
     }
+
+
+def published_params(params: dict[str, Any], root: Path) -> dict[str, Any]:
+    """The params as env.json records them: without the loader's `_` keys, a local model's path relative to the
+    project root (the loader resolves it to an absolute one)."""
+    shown = {k: v for k, v in params.items() if not k.startswith("_")}
+    model = shown.get("model")
+    if isinstance(model, dict) and model.get("path"):
+        shown["model"] = {**model, "path": relative(model["path"], root)}
+    return shown
 
 
 def version_of(name: str) -> str | None:

@@ -7,6 +7,7 @@
   and written in place, streaming, as `cat > X` would: renaming a file over it would replace the device.
 - "-" is stdout (`write_output`).
 - A directory is built in a staging directory beside the target and moved into place when complete.
+- A path that a published file names is written relative (`relative`): no machine's absolute paths.
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ def staged_dir(target: str | Path, keep_existing: bool = False) -> Iterator[Path
             replace_dir(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def relative(path: str | Path, start: str | Path = os.curdir) -> str:
+    """`path` as seen from `start` (POSIX, climbing with `..` where it lies outside): how a notebook, a report or a
+    card names a file, so that what a run publishes holds no absolute path of the machine that made it."""
+    return Path(os.path.relpath(path, start)).as_posix()
 
 
 def link_or_copy(source: str | Path, target: str | Path) -> None:

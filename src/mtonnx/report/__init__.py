@@ -8,7 +8,7 @@ Importing this package is light (no torch, papermill or matplotlib): the heavy p
 from pathlib import Path
 from typing import Any
 
-from mtonnx.foundation.files import staged_dir, write_atomic, write_json
+from mtonnx.foundation.files import relative, staged_dir, write_atomic, write_json
 from mtonnx.report.record import record, recorded, save_figure
 
 
@@ -20,10 +20,9 @@ def context(params_path: str, run_dir: str, models_dir: str):
 
 
 def run_path(run_dir: str | Path, params: dict[str, Any]) -> str:
-    """A run directory as a user types it: relative to the project root when inside it (outputs/default)."""
-    path = Path(run_dir).resolve()
-    root = Path(params["_root"]).resolve()
-    return path.relative_to(root).as_posix() if path.is_relative_to(root) else str(path)
+    """A run directory as a user types it at the project root: relative to it (outputs/default; ../runs/x for one
+    outside it), never the machine's absolute path."""
+    return relative(Path(run_dir).resolve(), Path(params["_root"]).resolve())
 
 
 __all__ = ["context", "run_path", "record", "recorded", "save_figure", "staged_dir", "write_atomic", "write_json"]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx import params as params_module
+from mtonnx.foundation.files import relative
 from mtonnx.runtime import SessionSettings, families, layout
 from mtonnx.sources import models
 
@@ -27,11 +28,11 @@ class Context:
 
     @classmethod
     def open(cls, params_path: str | Path, run_dir: str | Path, models_dir: str | Path) -> Context:
-        """Validate the params file and resolve its model (built into `models_dir` if it is a built one)."""
+        """Validate the params file and resolve its model (built into `models_dir` if it is a built one), its
+        directory named from the working directory as the run's are: a notebook shows no machine's absolute path."""
         params = params_module.load(params_path)
-        return cls(
-            params, Path(run_dir), Path(models_dir), models.resolve(params["model"], models_dir, params["_root"])
-        )
+        model = models.resolve(params["model"], models_dir, params["_root"])
+        return cls(params, Path(run_dir), Path(models_dir), {**model, "dir": relative(model["dir"])})
 
     @property
     def model_dir(self) -> Path:

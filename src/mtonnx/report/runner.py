@@ -3,6 +3,8 @@
 A partial run (`--only`) first adds the notebooks the selected ones need that have not run in the run dir
 (report.prerequisites), and says so in one line. For each notebook, in order: inject the parameters (params file,
 run dir, models dir), execute it headless, keep the executed notebook (also when it fails) and convert it to HTML.
+A notebook runs in the run dir, and every path it is given or records is relative to it (report.kernel names the
+files of warnings likewise): an executed notebook holds no absolute path of the machine that ran it.
 Around that:
 env.json first, the model resolved once up front (so a missing model is one clear error, not a
 failed cell), metrics merged into metrics.json with the run's fingerprint, and index.html written at the
@@ -12,6 +14,7 @@ names the initializers it shares in set order, so without it the merged decoder'
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -22,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.foundation import envinfo
-from mtonnx.foundation.files import write_atomic, write_json
+from mtonnx.foundation.files import relative, write_atomic, write_json
 from mtonnx.report import prerequisites, schema
 from mtonnx.report.deploy import stamp
 from mtonnx.report.fingerprint import SECTION, fingerprint
 from mtonnx.report.footprint import tidy
 from mtonnx.report.index import write_index
+from mtonnx.report.kernel import SETUP as KERNEL_SETUP
 from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, flatten, merge_metrics, record
 from mtonnx.sources import models
 
@@ -150,10 +154,10 @@ def run(
     log(f"model {model['name']}: {model['dir']} ({'cached' if model['cached'] else 'built'}, {model['seconds']} s)")
 
     os.environ.setdefault("PYTHONHASHSEED", "0")  # inherited by the kernels: reproducible set and dict order
-    parameters = {
-        "params_path": params["_file"],
-        "run_dir": str(out_dir),
-        "models_dir": str(models_dir),
+    parameters = {  # relative to the run dir, the notebooks' working directory
+        "params_path": relative(params["_file"], out_dir),
+        "run_dir": ".",
+        "models_dir": relative(models_dir, out_dir),
         "interactive": False,
     }
     results: list[dict[str, Any]] = []
@@ -167,13 +171,12 @@ def run(
             # The abandoned nbclient task ends with DeadKernelError (the kernel got the same SIGINT) and nobody
             # awaits it: asyncio would print "Task exception was never retrieved" and its traceback.
             logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-            executed = out_dir / "notebooks" / notebook.name
             result = {
                 "name": notebook.stem,
                 "status": "interrupted",
                 "seconds": round(time.perf_counter() - start, 1),
                 "error": "interrupted (Ctrl-C)",
-                "path": str(executed),
+                "path": f"notebooks/{notebook.name}",
                 "html": None,
             }
             interrupted = True
@@ -205,31 +208,36 @@ def run(
     screenshot(index, log)
     if status != "ok":
         failed = results[-1]
-        raise RunFailed(f"{failed['name']}.ipynb {failed['error']}; partly executed notebook kept at {failed['path']}")
+        kept = out_dir / failed["path"]
+        raise RunFailed(f"{failed['name']}.ipynb {failed['error']}; partly executed notebook kept at {kept}")
     return {"status": status, "out_dir": str(out_dir), "index": str(index), "notebooks": results, "model": model}
 
 
 def execute(notebook: Path, out_dir: Path, parameters: dict[str, Any], kernel: str) -> dict[str, Any]:
-    """Run one notebook with papermill into out_dir/notebooks and convert it to HTML."""
+    """Run one notebook with papermill into out_dir/notebooks, in out_dir, and convert it to HTML; the result names
+    the executed notebook and its HTML relative to out_dir."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     executed = out_dir / "notebooks" / notebook.name
+    source, target = relative(notebook, out_dir), relative(executed, out_dir)  # what papermill records
     declared = papermill.inspect_notebook(str(notebook))  # inject only what the parameters cell declares
     start = time.perf_counter()
     error = None
     try:
-        papermill.execute_notebook(
-            str(notebook),
-            str(executed),
-            parameters={k: v for k, v in parameters.items() if k in declared},
-            kernel_name=kernel,
-            config=_kernel_config(),
-            kernel_manager_class=_logged_kernel(executed.with_suffix(".kernel.log")),
-            cwd=str(out_dir),
-            progress_bar=sys.stderr.isatty(),
-            log_output=False,
-        )
+        with contextlib.chdir(out_dir):  # papermill reads and writes relative paths from the current directory
+            papermill.execute_notebook(
+                source,
+                target,
+                parameters={k: v for k, v in parameters.items() if k in declared},
+                kernel_name=kernel,
+                config=_kernel_config(),
+                kernel_manager_class=_logged_kernel(executed.with_suffix(".kernel.log")),
+                extra_arguments=[f"--IPKernelApp.exec_lines={KERNEL_SETUP}"],
+                cwd=str(out_dir),
+                progress_bar=sys.stderr.isatty(),
+                log_output=False,
+            )
     except PapermillExecutionError as err:
         first_line = _cell_source(executed, err.exec_count).strip().splitlines()
         where = f"cell In[{err.exec_count}]" + (f" (`{first_line[0][:80]}`)" if first_line else "")
@@ -243,8 +251,8 @@ def execute(notebook: Path, out_dir: Path, parameters: dict[str, Any], kernel: s
         "status": "ok" if error is None else "failed",
         "seconds": round(seconds, 1),
         "error": error,
-        "path": str(executed),
-        "html": html.relative_to(out_dir).as_posix() if html else None,
+        "path": target,
+        "html": relative(html, out_dir) if html else None,
     }
 
 
