@@ -140,21 +140,26 @@ def headline_tokens(lengths: list[int]) -> int:
     return HEADLINE_TOKENS if HEADLINE_TOKENS in lengths else min(lengths)
 
 
+HEADLINE = {  # each headline ratio: (the engine it is measured against, the engine it measures, batch, beams)
+    key: pair
+    for beams, suffix in ((1, ""), (4, "_beam4"))
+    for batch in (1, 8)
+    for key, pair in (
+        (f"int8_vs_pt_fp32_b{batch}{suffix}", ("pytorch-fp32", "mtonnx-int8", batch, beams)),
+        (f"int8_vs_ct2_int8_b{batch}{suffix}", ("ct2-int8", "mtonnx-int8", batch, beams)),
+    )
+} | {"fp32_vs_optimum_fp32_b1": ("optimum-fp32", "mtonnx-fp32", 1, 1)}
+
+
 def _headline(results: list[dict[str, Any]], tokens: int, ratio: Callable[[dict, dict], Any]) -> dict[str, Any]:
-    """`ratio(slow, fast)` of each headline pair at 1 thread, `tokens` new tokens (None where one is missing)."""
+    """`ratio(slow, fast)` of each HEADLINE pair at 1 thread, `tokens` new tokens (None where one is missing)."""
 
     def pick(engine: str, batch: int, beams: int) -> dict[str, Any] | None:
         name = peers.Config(batch, beams, 1, tokens).name
         return next((r for r in results if r["engine"] == engine and r["config"] == name), None)
 
-    pairs = {}
-    for beams, suffix in ((1, ""), (4, "_beam4")):
-        for batch in (1, 8):
-            pairs[f"int8_vs_pt_fp32_b{batch}{suffix}"] = ("pytorch-fp32", "mtonnx-int8", batch, beams)
-            pairs[f"int8_vs_ct2_int8_b{batch}{suffix}"] = ("ct2-int8", "mtonnx-int8", batch, beams)
-    pairs["fp32_vs_optimum_fp32_b1"] = ("optimum-fp32", "mtonnx-fp32", 1, 1)
     out = {}
-    for key, (slow, fast, batch, beams) in pairs.items():
+    for key, (slow, fast, batch, beams) in HEADLINE.items():
         a, b = pick(slow, batch, beams), pick(fast, batch, beams)
         out[key] = ratio(a, b) if a and b else None
     return out
@@ -178,15 +183,14 @@ def corpus_summary(results: list[dict[str, Any]], target: float) -> dict[str, An
     by = {(r["engine"], r["threads"]): r for r in results}
     engines: dict[str, dict[str, Any]] = {}
     for r in results:
-        prefix = "" if r["threads"] == 1 else f"t{r['threads']}_"
         for key in ("sentences_per_s", "tokens_per_s", "generated_tokens"):
-            engines.setdefault(r["engine"], {})[f"{prefix}{key}"] = r[key]
+            engines.setdefault(r["engine"], {})[corpus_prefix(r["threads"]) + key] = r[key]
     ratio, spread = {}, {}
     for threads in sorted({r["threads"] for r in results}):
         ours, ct2 = by.get(("mtonnx-int8", threads)), by.get(("ct2-int8", threads))
         if ours is None or ct2 is None:
             continue
-        key = f"corpus_vs_ct2_int8_t{threads}"
+        key = corpus_ratio_key(threads)
         ratio[key] = round(ct2["median_ms"] / ours["median_ms"], 2)
         spread[key] = (
             paired_ratio(ct2["times_ms"], ours["times_ms"])
@@ -199,6 +203,16 @@ def corpus_summary(results: list[dict[str, Any]], target: float) -> dict[str, An
         )
     verdict = {key: verdicts.target(spread[key], target) for key in ratio}
     return {"engines": engines, "ratio": ratio, "spread": spread, "targets": verdict}
+
+
+def corpus_prefix(threads: int) -> str:
+    """How an engine's corpus metrics at `threads` threads are prefixed: nothing at 1 thread, `t<threads>_` above."""
+    return "" if threads == 1 else f"t{threads}_"
+
+
+def corpus_ratio_key(threads: int) -> str:
+    """How the corpus ratio of mtonnx-int8 over ct2-int8 at `threads` threads is keyed."""
+    return f"corpus_vs_ct2_int8_t{threads}"
 
 
 TARGET_OF = {  # which target of the params' `targets` each headline ratio is held to

@@ -123,6 +123,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("quant.groups.*.*_ci", QUALITY, "interval"),
     Metric("quant.groups.*.*gate", QUALITY, GATE, HIGHER),
     # 06 · one row per variant
+    Metric("quant.peers.*.workload_ms", TIMING, "ms", LOWER),  # the peers timed beside the variants
+    Metric("quant.peers.*.times_ms_*", TIMING, "ms", LOWER),
+    Metric("quant.peers.*.p50_ms_*", TIMING, "ms", LOWER),
+    Metric("quant.peers.*.p90_ms_*", TIMING, "ms", LOWER),
     Metric("quant.*.deployable", IDENTITY),
     Metric("quant.*.lossy", IDENTITY),
     Metric("quant.*.size_mb", SIZE, "MB", LOWER),
