@@ -10,13 +10,14 @@ else
 endif
 STAMP := $(ENV_DIR)/.mtonnx-installed
 PARAMS ?= params/default.yaml
+VENV := [ -x "$(PYTHON)" ] || [ "$(ENV_DIR)" != ".venv" ] || python3 -m venv .venv
 
-.PHONY: install report test lint lab model docs docs-refresh scale-refresh clean distclean
+.PHONY: install report test lint lab model wheel docs docs-refresh scale-refresh clean distclean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@[ -x "$(PYTHON)" ] || [ "$(ENV_DIR)" != ".venv" ] || python3 -m venv .venv
+	@$(VENV)
 	$(PYTHON) -m pip install --disable-pip-version-check -q -e ".[lab,bench,serve,scale,dev]"
 	$(PYTHON) -m ipykernel install --sys-prefix --name mtonnx --display-name "Python (mtonnx)"
 	@touch $@
@@ -38,14 +39,25 @@ model: $(STAMP)
 lab: $(STAMP)
 	$(PYTHON) -m jupyter lab notebooks/
 
+# The wheel to deploy, dist/mtonnx-<version>-py3-none-any.whl (mtonnx is not on PyPI): the runtime alone, extras
+# as `pip install "$(ls dist/mtonnx-*.whl)[serve]"`. Needs only pip, not the lab.
+wheel:
+	@$(VENV)
+	$(PYTHON) -m pip wheel --no-deps -q -w dist .
+
 # The documentation site, offline and strict (a broken link or a page missing from the navigation fails it): site/.
 docs: $(STAMP)
 	$(PYTHON) -m mkdocs build --strict
 
-# The site's reference run: the default params run, then published into docs/reference/ (notebooks, figures, metrics).
+# The site's reference run: the default params run, then published into docs/reference/ (notebooks, figures, metrics);
+# then the README's Deploy quickstart, `mtonnx migrate` on the default model from scratch, published into
+# docs/reference-quickstart/ and written into README.md.
 docs-refresh: $(STAMP)
 	$(PYTHON) -m mtonnx run --params params/default.yaml
 	$(PYTHON) -m mtonnx.report.docs refresh outputs/default docs/reference
+	rm -rf outputs/quickstart
+	$(PYTHON) -m mtonnx migrate --model models/hsk-enzh --out outputs/quickstart
+	$(PYTHON) -m mtonnx.report.quickstart outputs/quickstart docs README.md
 
 # The whole lab at the real model's scale (params/opus-shape.yaml), each notebook's time published into docs/ and
 # written into README.md.

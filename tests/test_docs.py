@@ -182,7 +182,30 @@ def test_the_lab_section_lists_the_reference_notebooks(tmp_path):
     ]
 
 
+def test_a_notebook_is_listed_under_its_whole_first_heading(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    heading = {"cell_type": "markdown", "source": ["# 02 · Export by hand with `torch.onnx.export`\n", "\n", "Text."]}
+    cells = [{"cell_type": "code", "source": ["# a comment\n"]}, heading]
+    (tmp_path / "notebooks" / "02_b.ipynb").write_text(json.dumps({"cells": cells}))
+    assert docs.lab_nav([{"The lab": "lab.md"}], "lab.md", tmp_path, "ref") == [
+        {"The lab": ["lab.md", {"02 · Export by hand with torch.onnx.export": "ref/notebooks/02_b.ipynb"}]}
+    ]
+
+
 # The reference run
+
+
+def test_refresh_keeps_the_report_s_links_to_what_it_publishes_only(tmp_path):
+    run = fake_run(tmp_path / "run")
+    (run / "index.html").write_text(
+        '<a href="notebooks/01_inspect_model.html">01</a>, <a href="graphs/manual/encoder_model.png">a graph</a>, '
+        '<a href="https://onnxruntime.ai">ORT</a>, <a href="#verdict">verdict</a>, <a href="metrics.json">metrics</a>'
+    )
+    docs.refresh(run, tmp_path / "reference")
+    assert (tmp_path / "reference" / "index.html").read_text() == (
+        '<a href="notebooks/01_inspect_model.html">01</a>, a graph, <a href="https://onnxruntime.ai">ORT</a>, '
+        '<a href="#verdict">verdict</a>, <a href="metrics.json">metrics</a>'
+    )
 
 
 def test_refresh_copies_what_the_site_shows_and_no_model(tmp_path):
@@ -344,6 +367,23 @@ def test_the_site_builds_strictly_with_every_page(built):
     results = (built / "results.html").read_text(encoding="utf-8")
     assert re.search(r"<!-- generated: results -->\s*<p>Measured by the reference run of commit", results)
     assert "quant.gate_bleu" in (built / "params.html").read_text(encoding="utf-8")
+
+
+def test_every_link_inside_the_published_report_resolves_in_the_built_site(built):
+    report = built / "reference" / "index.html"
+    links = re.findall(r"""(?:href|src)=["']([^"'#?]+)""", report.read_text(encoding="utf-8"))
+    local = [link for link in links if not re.match(r"[a-z][a-z0-9+.-]*:", link)]
+    assert local and [link for link in local if not (report.parent / link).is_file()] == []
+
+
+def test_the_lab_s_navigation_labels_read_whole(built):
+    import html
+
+    page = (built / "lab.html").read_text(encoding="utf-8")
+    titles = [
+        docs.notebook_title(p) for p in sorted((built.parent / "docs" / "reference" / "notebooks").glob("*.ipynb"))
+    ]
+    assert titles and [t for t in titles if html.escape(t, quote=False) not in page] == []
 
 
 def test_a_broken_link_or_a_missing_notebook_fails_the_strict_build(tmp_path):

@@ -135,7 +135,7 @@ def test_a_gate_failed_on_purpose_names_the_gate_the_number_and_the_threshold(mi
     shutil.copytree(work / "a" / "export_manual", out / "export_manual")  # what was built is reused by its key
     strict = params(work, "strict", "  fidelity_min: 1.0").read_text().replace("[int8, fp16, fp32-tuned]", "[int8]")
     (work / "strict.yaml").write_text(strict)
-    done = migrate(tiny_dir, out, work / "strict.yaml", models_dir)
+    done = migrate(tiny_dir, out, work / "strict.yaml", models_dir, "--overwrite")  # export_manual is not migrate's
     lines = [line for line in done.stderr.splitlines() if line.startswith("mtonnx: error:")]
     assert done.returncode == 1 and len(lines) == 1, done.stderr[-2000:]
     # fail or inconclusive: which, the tiny random model's int8 tokens on this CPU's kernels decide (8 sentences)
@@ -166,6 +166,30 @@ def test_bad_input_is_one_line_and_exit_2(tiny_dir, models_dir, tmp_path):
     (tmp_path / "u.yaml").write_text(unknown)
     done = migrate(tiny_dir, tmp_path / "o", tmp_path / "u.yaml", models_dir)
     assert done.returncode == 2 and "quant.recipes: unknown recipe int9" in done.stderr
+    assert not (tmp_path / "o").exists(), "a refused migration leaves no --out behind"
+    missing = migrate(tmp_path / "no-such-model", tmp_path / "o", params(tmp_path, "p"), models_dir)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and not (tmp_path / "o").exists()
+
+
+def test_an_out_it_cannot_use_is_one_line_and_a_foreign_directory_needs_overwrite(tiny_dir, models_dir, tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    cases = {
+        str(a_file): "is a file, not a directory",
+        "/dev/null": "is a file, not a directory",
+        "/proc/mtonnx-out": "cannot create it",
+        "/sys/mtonnx-out": "cannot create it",
+        str(foreign): "holds files mtonnx migrate did not write",
+    }
+    for out, message in cases.items():
+        done = run_cli("migrate", "--model", str(tiny_dir), "--out", out, env=cli_env(models_dir), timeout=300)
+        lines = [line for line in done.stderr.splitlines() if line.startswith("mtonnx: ")]
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (out, done.stderr[-2000:])
+        assert len(lines) == 1 and message in lines[0], (out, done.stderr[-2000:])
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"] and a_file.read_text() == "x"
 
 
 def test_a_t5_checkpoint_migrates_and_a_frozen_trace_is_named(models_dir, tmp_path):
@@ -179,9 +203,15 @@ def test_a_t5_checkpoint_migrates_and_a_frozen_trace_is_named(models_dir, tmp_pa
     assert done.returncode == 1 and len(lines) == 1, done.stderr[-2000:]
     assert "parity: max |ONNX - PyTorch|" in lines[0] and "above export.tolerance 0.0001" in lines[0]
     assert "T5's relative position bias was traced at the export sample's lengths" in lines[0]
-    exported = params(tmp_path, "exported")
-    exported.write_text(t5.replace("exporter: torchscript", "exporter: dynamo").replace("opset: 17", "opset: 18"))
-    done = migrate(Path("tiny-t5"), tmp_path / "t5", exported, models_dir)
+    exported = params(tmp_path, "exported")  # the prefix given as --source-prefix this time: deploy/ keeps it too
+    exported.write_text(
+        t5.replace("exporter: torchscript", "exporter: dynamo")
+        .replace("opset: 17", "opset: 18")
+        .replace("  source_prefix: 'translate English to Chinese:'\n", "")
+    )
+    done = migrate(
+        Path("tiny-t5"), tmp_path / "t5", exported, models_dir, "--source-prefix", "translate English to Chinese:"
+    )
     assert done.returncode == 0 and "(t5, 0.4M parameters)" in done.stderr, done.stderr[-3000:]
     deploy = tmp_path / "t5" / layout.DEPLOY
     facts = json.loads((deploy / "deploy.json").read_text())

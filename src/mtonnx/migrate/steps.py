@@ -1,10 +1,11 @@
 """The steps of `mtonnx migrate`, each a call into the library the notebooks use (there is no second pipeline):
 
-load (sources.models) → export (export.manual.ensure_exported, or optimum's) → parity at unseen shapes
-(check.parity.file_parity) → the runtime's tokens against `generate` (check.parity.runtime_parity) → the registry's
-variants (variants.registry.build) → both gates (measure.variants.compare) → the objective and the recommendation
-(measure.variants, measure.verdicts.recommend) → deploy/ and its card (report.deploy) → metrics.json, env.json and a
-one-page report.html (report.record, report.fingerprint, report.index).
+load (sources.models) → the evaluation set's language against the model's (migrate.languages) → export
+(export.manual.ensure_exported, or optimum's) → parity at unseen shapes (check.parity.file_parity) → the runtime's
+tokens against `generate` (check.parity.runtime_parity) → the registry's variants (variants.registry.build) → both
+gates (measure.variants.compare) → the objective and the recommendation (measure.variants,
+measure.verdicts.recommend) → deploy/ and its card (report.deploy) → metrics.json, env.json and a one-page
+report.html (report.record, report.fingerprint, report.index).
 
 Resumable: each finished step writes `steps/<name>.json` with the key of what it was computed from (the model's
 files, the params, the evaluation set, the flags); a rerun with the same key says it reuses the step and goes on
@@ -16,6 +17,7 @@ MigrationFailed naming the step, the number and the threshold, and leaves everyt
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,10 +71,21 @@ class Migration:
         from mtonnx import params as params_module
 
         params = params_module.load(args.params) if args.params else params_module.defaults()
+        if args.source_prefix is not None:
+            params["model"]["source_prefix"] = args.source_prefix
+            params["_hash"] = params_module.params_hash(params)
         eval_file = Path(args.eval_file) if args.eval_file else None
         if eval_file is not None and not eval_file.is_file():
             raise MigrationRefused(f"--eval {eval_file}: no such file (a TSV of source<TAB>reference lines)")
-        return cls(args.model, Path(args.out), params, eval_file, args.exporter, args.only_fp32, log)
+        from mtonnx.variants import registry
+
+        try:
+            registry.selected(params["quant"]["recipes"])  # an unknown recipe is refused before anything is built
+        except ValueError as err:
+            raise MigrationRefused(str(err)) from None
+        out = Path(args.out)
+        check_out(out, args.overwrite)
+        return cls(args.model, out, params, eval_file, args.exporter, args.only_fp32, log)
 
     @property
     def steps_dir(self) -> Path:
@@ -108,6 +121,18 @@ class Migration:
         )
 
 
+def check_out(out: Path, overwrite: bool = False) -> None:
+    """MigrationRefused unless `out` is new, empty, or a migration's own (its steps/ is there: a rerun resumes), or
+    `overwrite` allows writing among files migrate did not write."""
+    if out.exists() and not out.is_dir():
+        raise MigrationRefused(f"--out {out} is a file, not a directory: give a directory to write deploy/ into")
+    if out.is_dir() and any(out.iterdir()) and not (out / "steps").is_dir() and not overwrite:
+        raise MigrationRefused(
+            f"--out {out} holds files mtonnx migrate did not write: give a new or empty directory, or --overwrite "
+            "to write among them"
+        )
+
+
 def read_tsv(path: Path) -> list[tuple[str, str]]:
     """source<TAB>reference per line (blank lines skipped); MigrationRefused naming the first bad line."""
     pairs = []
@@ -124,11 +149,29 @@ def read_tsv(path: Path) -> list[tuple[str, str]]:
 
 
 def run(m: Migration) -> Path:
-    """Run every step not finished yet (announcing the list with an estimate); returns the deploy directory."""
+    """Run every step not finished yet (announcing the list with an estimate); returns the deploy directory. A
+    failure before any step finished removes the --out it created."""
+    m.results["load"] = load(m)
+    check_languages(m)
+    created = not m.out.exists()
+    try:
+        m.out.mkdir(parents=True, exist_ok=True)
+        m.steps_dir.mkdir(exist_ok=True)
+    except OSError as err:
+        raise MigrationRefused(f"--out {m.out}: cannot create it ({err.strerror or err})") from None
+    try:
+        _run_steps(m)
+    except BaseException:
+        if created and not any(m.steps_dir.iterdir()):  # nothing a rerun could resume: leave no --out behind
+            shutil.rmtree(m.out, ignore_errors=True)
+        raise
+    return m.out / layout.DEPLOY
+
+
+def _run_steps(m: Migration) -> None:
+    """Each step in order, a finished one (its steps/ record holds the same key) reused."""
     from tqdm import tqdm
 
-    m.out.mkdir(parents=True, exist_ok=True)
-    m.results["load"] = load(m)
     estimate = estimates(m)
     m.log(
         f"migrating {m.results['load']['name']} ({m.results['load']['family']}, "
@@ -147,7 +190,6 @@ def run(m: Migration) -> Path:
         seconds = round(time.perf_counter() - start, 1)
         write_json(path, {"key": key, "seconds": seconds, "result": m.results[name]})
         m.log(f"step {name} done in {seconds} s")
-    return m.out / layout.DEPLOY
 
 
 def estimates(m: Migration) -> dict[str, float]:
@@ -182,6 +224,20 @@ def load(m: Migration) -> dict[str, Any]:
         "fingerprint": buildkey.files_fingerprint(resolved["dir"]),
         "parameters": _parameters(config, family),
     }
+
+
+def check_languages(m: Migration) -> None:
+    """MigrationRefused when the evaluation set's references are in another script than the language the model
+    translates into (migrate.languages: what is known of both, and the policy)."""
+    from mtonnx.migrate import languages
+
+    where = (
+        f"--eval {m.eval_file}" if m.eval_file else "the default evaluation set (English→Chinese; --eval replaces it)"
+    )
+    target = languages.target_of(m.results["load"]["dir"], m.params["model"]["source_prefix"])
+    problem = languages.mismatch(target, [reference for _, reference in m.pairs], where)
+    if problem:
+        raise MigrationRefused(problem)
 
 
 def _parameters(config: dict[str, Any], family: families.Family) -> int:
@@ -396,6 +452,7 @@ def deploy(m: Migration) -> dict[str, Any]:
     """deploy/: the recommended variant's files and its model card."""
     from mtonnx import data
     from mtonnx.report import deploy as deploying
+    from mtonnx.report import run_path
     from mtonnx.runtime import Translator
 
     o, recommended = m.results["objective"], m.results["objective"]["recommended"]
@@ -414,7 +471,7 @@ def deploy(m: Migration) -> dict[str, Any]:
         reason=o["reason"],
         data=described,
         layout_name=Translator(m.out / "variants" / recommended).layout,
-        run=str(m.out),
+        run=run_path(m.out, m.params),
         source_prefix=m.params["model"]["source_prefix"],
     )
     deployed = deploying.publish(m.out, m.out / "variants" / recommended, facts)

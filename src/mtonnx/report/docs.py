@@ -3,19 +3,26 @@
 Pages hold markers (`<!-- generated: params -->`) that `render` replaces when the site is built (mkdocs' hook,
 docs/hooks.py), so nothing generated is ever typed into a page and nothing can drift:
 - `params`: the params reference, from the schema (mtonnx.params.SCHEMA): every key, its type, default, range, doc;
-- `results`: the reference run's variant table with both gates, the peer table and memory, stamped with the commit,
-  date, CPU and thread count of the run that measured them;
+- `results`: the reference run's workloads, variant table with both gates, targets against the peers and memory,
+  stamped with the commit, date, CPU, thread count and engine versions of the run that measured them;
 - `pitfalls`: what the reference run reproduced and what doctor found on its exports;
 - `examples`: what the reference model knows, in and out of domain, with its best and worst translations;
 - `figures`: the reference run's figures with their captions, grouped by the notebook that drew them;
 - `scale_timings`: how long each notebook took at the real model's scale (params/opus-shape.yaml), from that run's
-  metrics and env, published beside the reference run (SCALE_REFERENCE) since the site shows none of its notebooks.
+  metrics and env, published beside the reference run (SCALE_REFERENCE) since the site shows none of its notebooks;
+- `scale_results`: that run's engines, variants and targets per named workload (report.results_page), stamped with
+  every engine's version;
+- `quickstart`: the Deploy quickstart, `mtonnx migrate` on the default model and what it deploys translating, from
+  the migrate run report.quickstart publishes beside the reference run (QUICKSTART_REFERENCE); `quickstart_api`:
+  the same sentences through the Python API and `mtonnx serve`, with their answers;
 A rendered block ends with GENERATED_END, so whatever reads the built page can tell generated text from prose.
-`lab_nav` lists the reference run's notebooks in the site's navigation, under the lab's page.
+`lab_nav` lists the reference run's notebooks in the site's navigation, under the lab's page, each under its whole
+first heading (`notebook_title`).
 
 `refresh` copies what the site needs from a run directory into docs/reference/ (executed notebooks with their
 outputs, figures, metrics.json, env.json, the report, its screenshot and the deployed model's card; never an ONNX
-file), refusing more than REFERENCE_LIMIT_MB. `publish_timings` copies only a run's metrics and env, for
+file), refusing more than REFERENCE_LIMIT_MB; the report keeps only its links to what is published
+(`unlink_unpublished`). `publish_timings` copies only a run's metrics and env, for
 `scale_timings`. `stale` says how a published run no longer matches the code. `fill` writes the generated blocks of
 a file read outside the site (the README) in place. report.prose finds a measured number typed into prose, outside
 these blocks, where it would go stale.
@@ -34,7 +41,12 @@ from mtonnx.foundation.files import staged_dir, write_atomic
 from mtonnx.report.prose import GENERATED_END
 
 REFERENCE_LIMIT_MB = 10.0
-SCALE_REFERENCE = "reference-opus-shape"  # beside the reference run: the opus-shape run's notebook times
+SCALE_REFERENCE = "reference-opus-shape"  # beside the reference run: the opus-shape run's notebook times and speed
+NO_SCALE_RUN = "No run at the real model's scale is published: `make scale-refresh` runs and publishes one."
+QUICKSTART_REFERENCE = "reference-quickstart"  # beside it too: the Deploy quickstart's migrate run (report.quickstart)
+QUICKSTART_FILE = "quickstart.json"
+NO_QUICKSTART = "No quickstart run is published: `make docs-refresh` runs and publishes one."
+QUICKSTART_MODEL, QUICKSTART_OUT = "models/hsk-enzh", "outputs/quickstart"  # what the quickstart migrates, and where
 MARKER = re.compile(r"<!-- generated: (\w+) -->")
 COPIED = ("metrics.json", "env.json", "index.html", "report.png", "deploy/model_card.md")
 NOTEBOOK = "[0-9][0-9]_*.ipynb"
@@ -73,23 +85,32 @@ def params_reference() -> str:
     return "\n".join(parts)
 
 
-def _stamp(env: dict[str, Any], run: str = "the reference run") -> str:
-    cpu, git = env.get("cpu", {}), env.get("git", {})
+def _stamp(env: dict[str, Any], run: str = "the reference run", packages: tuple[str, ...] = ("onnxruntime",)) -> str:
+    """The run, commit, date, machine, threads and params that measured a table, with the versions of `packages` as
+    env.json recorded them (`not installed`: the run found none; `not recorded by this run`: env.json has no entry)."""
+    cpu, git, recorded = env.get("cpu", {}), env.get("git", {}), env.get("packages", {})
     threads = env.get("params", {}).get("runtime", {}).get("threads")
+    versions = ", ".join(
+        f"{name} {recorded[name] or 'not installed'}" if name in recorded else f"{name} not recorded by this run"
+        for name in packages
+    )
     return (
         f"Measured by {run} of commit `{(git.get('sha') or 'unknown')[:12]}` on {env.get('started')}: "
-        f"{cpu.get('model')} ({cpu.get('usable_cores')} cores), {threads} ONNX Runtime thread(s), onnxruntime "
-        f"{env.get('packages', {}).get('onnxruntime')}, params `{env.get('params', {}).get('name')}` "
-        f"({env.get('params_hash')})."
+        f"{cpu.get('model')} ({cpu.get('usable_cores')} cores), {threads} ONNX Runtime thread(s), {versions}, "
+        f"params `{env.get('params', {}).get('name')}` ({env.get('params_hash')})."
     )
 
 
 def results(reference: str | Path) -> str:
-    """The reference run's variants with both gates, the deployed runtime against its peers, and memory."""
+    """The reference run's workloads, its variants with both gates, the runtime's targets against its peers at forced
+    lengths (report.results_page), and memory."""
+    from mtonnx.report import results_page
+
     metrics = _metrics(reference)
     env = json.loads((Path(reference) / "env.json").read_text(encoding="utf-8"))
     quant, bench = metrics.get("quant", {}), metrics.get("bench", {})
-    out = [_stamp(env), "", f"Objective: `{quant.get('objective')}`. Recommended: **{quant.get('recommended')}**.", ""]
+    out = [_stamp(env, packages=results_page.ENGINE_PACKAGES), "", results_page.workload_table(env), ""]
+    out += [f"Objective: `{quant.get('objective')}`. Recommended: **{quant.get('recommended')}**.", ""]
     out += [
         "| variant | MB | objective ms | vs PyTorch fp32 | vs CT2 int8 | BLEU Δ (95 % CI) | quality | identical to "
         "fp32 (95 % CI) | fidelity |",
@@ -107,15 +128,8 @@ def results(reference: str | Path) -> str:
             f"{f['same_as_fp32']:.1%} [{f['same_as_fp32_ci'][0]:.1%}, {f['same_as_fp32_ci'][1]:.1%}] | "
             f"{row['fidelity_gate']} |"
         )
-    paired, targets = bench.get("ratio_per_repetition", {}), bench.get("targets", {})
-    if bench.get("ratio"):
-        out += ["", "The deployed runtime against its peers, at forced lengths (ratio of medians, paired spread):", ""]
-        out += ["| ratio | measured | per repetition | target |", "| --- | --- | --- | --- |"]
-        for key, value in bench["ratio"].items():
-            if value is not None:
-                spread = paired.get(key) or {}
-                span = f"{spread.get('min')}–{spread.get('max')}" if spread else "-"
-                out.append(f"| `{key}` | {value} | {span} | {targets.get(key, '')} |")
+    out += ["", "The runtime against its peers at forced lengths, held to the targets of the run's params:", ""]
+    out.append(results_page.target_table(metrics, env))
     if bench.get("rss_mb"):
         out += ["", "Resident memory (MB) of a fresh process, after load and after one generation:", ""]
         out += ["| engine | after load | after a generation |", "| --- | --- | --- |"]
@@ -205,6 +219,9 @@ def render(markdown: str, reference: str | Path, href: str = "reference") -> str
         "examples": lambda: examples(reference),
         "figures": lambda: figures(reference, href),
         "scale_timings": lambda: scale_timings(Path(reference).parent / SCALE_REFERENCE),
+        "scale_results": lambda: scale_results(Path(reference).parent / SCALE_REFERENCE),
+        "quickstart": lambda: quickstart(Path(reference).parent / QUICKSTART_REFERENCE, reference),
+        "quickstart_api": lambda: quickstart_api(Path(reference).parent / QUICKSTART_REFERENCE),
     }
 
     def replace(match: re.Match) -> str:
@@ -218,8 +235,92 @@ def render(markdown: str, reference: str | Path, href: str = "reference") -> str
 def scale_timings(published: str | Path) -> str:
     """Each notebook's time at the real model's scale, from the opus-shape run published in `published`."""
     if not (Path(published) / "env.json").is_file():
-        return "No run at the real model's scale is published: `make scale-refresh` runs and publishes one."
+        return NO_SCALE_RUN
     return timings(published, "the opus-shape run")
+
+
+def scale_results(published: str | Path) -> str:
+    """The engines, variants and targets at the real model's scale (report.results_page), from the opus-shape run
+    published in `published`, stamped with every engine's version."""
+    from mtonnx.report import results_page
+
+    if not (Path(published) / "env.json").is_file():
+        return NO_SCALE_RUN
+    env = json.loads((Path(published) / "env.json").read_text(encoding="utf-8"))
+    stamp = _stamp(env, "the opus-shape run", results_page.ENGINE_PACKAGES)
+    return f"{stamp}\n\n{results_page.scale_tables(_metrics(published), env)}"
+
+
+def quickstart(published: str | Path, reference: str | Path) -> str:
+    """The Deploy quickstart from the migrate run published in `published` (report.quickstart): its commands, how
+    long migrate's steps took and what it deployed, what `mtonnx translate` prints beside the references, and the
+    model's limits with its parameter count from the reference run in `reference`."""
+    import shlex
+
+    run = _quickstart_run(published)
+    if run is None:
+        return NO_QUICKSTART
+    examples, total = run["examples"], sum(run["seconds"].values())
+    inspect = _metrics(reference).get("inspect", {}) if (Path(reference) / "metrics.json").is_file() else {}
+    count = inspect.get("params_total")
+    size = f" ({count / 1e6:.1f} million parameters, counted by the reference run)" if count else ""
+    return "\n".join(
+        [
+            _stamp(run["env"], "the quickstart's migrate run"),
+            "",
+            "```bash",
+            f"mtonnx migrate --model {QUICKSTART_MODEL} --out {QUICKSTART_OUT}",
+            f"printf '%s\\n' {' '.join(shlex.quote(e['en']) for e in examples)} | "
+            f"mtonnx translate --run {QUICKSTART_OUT}",
+            "```",
+            "",
+            f"Here migrate's steps took {total:.0f} s ({total / 60:.1f} minutes); it ended with "
+            f"`deploy: {QUICKSTART_OUT}/deploy` and deployed **{run['recommended']}**. `mtonnx translate` prints, with "
+            "any variant that passed both gates:",
+            "",
+            "| English | printed | the reference |",
+            "| --- | --- | --- |",
+            *(f"| {_cell(e['en'])} | {_cell(e['output'])} | {_cell(e['reference'])} |" for e in examples),
+            "",
+            f"`{Path(QUICKSTART_MODEL).name}` is small{size} and trained here on short HSK sentences: it gets some "
+            "short everyday sentences right and fails on most other text.",
+        ]
+    )
+
+
+def _quickstart_run(published: str | Path) -> dict[str, Any] | None:
+    path = Path(published) / QUICKSTART_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def quickstart_api(published: str | Path) -> str:
+    """The quickstart's sentences through the Python API and `mtonnx serve`, with what each answers: the same
+    translations as the CLI's (one call for all, as the quickstart types them)."""
+    run = _quickstart_run(published)
+    if run is None:
+        return NO_QUICKSTART
+    examples = run["examples"]
+    english, printed = [e["en"] for e in examples], [e["output"] for e in examples]
+    request = json.dumps({"q": english, "source": "en", "target": "zh"}, ensure_ascii=False)
+    answer = json.dumps({"translatedText": printed}, ensure_ascii=False)
+    return "\n".join(
+        [
+            "```python",
+            "from mtonnx.runtime import Translator",
+            "",
+            f'translator = Translator("{QUICKSTART_OUT}/deploy")',
+            "# a list in, a list out (a str in, a str out)",
+            f"translator.translate({json.dumps(english, ensure_ascii=False)})",
+            f"# {json.dumps(printed, ensure_ascii=False)}",
+            "```",
+            "",
+            "```bash",
+            f"mtonnx serve --run {QUICKSTART_OUT} --port 8000 &",
+            f"curl -s localhost:8000/translate -H 'content-type: application/json' -d '{request}'",
+            f"# {answer}",
+            "```",
+        ]
+    )
 
 
 def filled(text: str, reference: str | Path, href: str = "reference") -> str:
@@ -242,8 +343,11 @@ def fill(path: str | Path, reference: str | Path) -> bool:
 def lab_nav(nav: list[Any], page: str, reference: str | Path, href: str = "reference") -> list[Any]:
     """The site's navigation with the reference run's notebooks listed under `page` (the lab's page; `href` is the
     reference directory within the docs): the lab's section follows the notebooks the reference holds, never a
-    list typed into mkdocs.yml."""
-    notebooks = [f"{href}/notebooks/{p.name}" for p in sorted(Path(reference, "notebooks").glob(NOTEBOOK))]
+    list typed into mkdocs.yml, each labelled with its `notebook_title` (mkdocs.yml's ignore_h1_titles keeps it)."""
+    notebooks = [
+        {title: f"{href}/notebooks/{p.name}"} if (title := notebook_title(p)) else f"{href}/notebooks/{p.name}"
+        for p in sorted(Path(reference, "notebooks").glob(NOTEBOOK))
+    ]
 
     def section(entry: Any) -> Any:
         if isinstance(entry, dict) and list(entry.values()) == [page]:
@@ -251,6 +355,18 @@ def lab_nav(nav: list[Any], page: str, reference: str | Path, href: str = "refer
         return entry
 
     return [section(entry) for entry in nav]
+
+
+def notebook_title(notebook: str | Path) -> str | None:
+    """A notebook's first markdown heading as plain text, its code spans kept as text (mkdocs-jupyter's own title
+    drops them: "02 · Export by hand with"); None when it has none."""
+    cells = json.loads(Path(notebook).read_text(encoding="utf-8")).get("cells", [])
+    for cell in cells:
+        if cell.get("cell_type") == "markdown":
+            for line in "".join(cell.get("source", [])).splitlines():
+                if line.startswith("# "):
+                    return re.sub(r"`+([^`]+)`+", r"\1", line[2:]).strip()
+    return None
 
 
 def refresh(run_dir: str | Path, reference: str | Path, limit_mb: float = REFERENCE_LIMIT_MB) -> dict[str, Any]:
@@ -271,10 +387,29 @@ def refresh(run_dir: str | Path, reference: str | Path, limit_mb: float = REFERE
             if (run_dir / name).is_file():
                 (tmp / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(run_dir / name, tmp / name)
+        if (tmp / "index.html").is_file():
+            write_atomic(tmp / "index.html", unlink_unpublished((tmp / "index.html").read_text(encoding="utf-8"), tmp))
         size = sum(p.stat().st_size for p in tmp.rglob("*") if p.is_file()) / 2**20
         if size > limit_mb:
             raise ValueError(f"the reference run would hold {size:.1f} MB, over the {limit_mb} MB it may take")
     return {"mb": round(size, 2), "notebooks": sorted(p.name for p in (Path(reference) / "notebooks").iterdir())}
+
+
+def unlink_unpublished(html: str, published: str | Path) -> str:
+    """A report's HTML whose links to files not published beside it (a run's graphs/, its ONNX files) keep their
+    text and lose their link, so the site holds no dead link; a notebook counts as published as the page the site
+    makes of it (notebooks/NAME.html from notebooks/NAME.ipynb)."""
+
+    def published_file(target: str) -> bool:
+        path = Path(published, target.split("#")[0].split("?")[0])
+        return path.is_file() or (path.suffix == ".html" and path.with_suffix(".ipynb").is_file())
+
+    def keep(match: re.Match) -> str:
+        target = match.group(1)
+        external = re.match(r"^([a-z][a-z0-9+.-]*:|#|/)", target)
+        return match.group(0) if external or published_file(target) else match.group(2)
+
+    return re.sub(r'<a href="([^"]*)"[^>]*>(.*?)</a>', keep, html, flags=re.DOTALL)
 
 
 def publish_timings(run_dir: str | Path, published: str | Path) -> dict[str, Any]:
