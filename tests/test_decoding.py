@@ -1,16 +1,25 @@
 """The decoding loop's fast paths are exact: top-k with ties and -inf, screened beam candidates and candidates from
 the search head's top log-probabilities equal to scoring every continuation (same indices, bit-identical float32
-scores), and beam search with screening and the head on and off choosing the same tokens."""
+scores), and beam search with screening and the head on and off choosing the same tokens. The loop is transformers'
+search: fed the PyTorch model's own logits it chooses generate's tokens (Marian, M2M100 and T5, greedy and beam 4,
+every length_penalty / early_stopping regime, hypotheses ended by the length limit without eos included), and the
+exported models through the Translator match generate on unseen sentences at short limits."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from mtonnx.runtime import decoding
+from mtonnx.check.parity import runtime_ids
+from mtonnx.runtime import Translator, decoding, families
 from mtonnx.runtime.decoding import NEG, GenerationSettings
+from mtonnx.sources import models, reference
 
 
 def reference_top_k(values: np.ndarray, k: int) -> np.ndarray:
@@ -195,3 +204,109 @@ def test_the_forced_first_token_comes_first_and_forced_eos_wins_where_both_fall(
     assert [row[0] for row in rows] == [77, 77, 77] and all(2 not in row[1:-1] for row in rows)
     last = replace(s.with_options(max_new_tokens=1), forced_eos_token_id=2)  # the first step is also the last
     assert decoding.generate(RandomRun(3 * beams, 300, 0), 3, last) == [[2], [2], [2]]
+
+
+# Marian (eos forced at the length limit), M2M100 (the target-language token forced first), T5 (nothing forced)
+FAMILIES = ("tiny", "tiny-m2m100", "tiny-t5")
+UNSEEN = [  # sentences in no eval set or training set of the tiny models
+    "The cat sleeps on the warm windowsill every afternoon.",
+    "Please restart the server after installing the update.",
+    "My grandmother grows tomatoes and beans in her garden.",
+    "We could not open the file because the disk was full.",
+    "He forgot his umbrella, so he got wet on the way home.",
+    "Click the blue button to save your changes.",
+    "A small boat drifted slowly across the quiet lake.",
+    "Set the timeout to thirty seconds and try again.",
+]
+
+
+@functools.cache
+def pytorch(directory: Path):
+    """(model, tokenizer) of a built model, loaded once per test session."""
+    return models.load_pretrained(directory)
+
+
+class TorchRun:
+    """A Run over the PyTorch model itself, its cache reordered as generate reorders it: the loop then sees generate's
+    own logits, so a token that differs from generate's is the search's doing, not the export's float rounding."""
+
+    def __init__(self, model, encoded, beams: int):
+        self.model = model
+        with torch.no_grad():
+            hidden = model.get_encoder()(**encoded).last_hidden_state
+        self.hidden = hidden.repeat_interleave(beams, 0)
+        self.mask = encoded.attention_mask.repeat_interleave(beams, 0)
+        self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+
+    def step(self, tokens: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            out = self.model(
+                encoder_outputs=(self.hidden,),
+                attention_mask=self.mask,
+                decoder_input_ids=torch.from_numpy(tokens)[:, None],
+                past_key_values=self.cache,
+            )
+        return out.logits[:, -1].float().numpy().copy()
+
+    def reorder(self, rows: np.ndarray) -> None:
+        rows = torch.from_numpy(rows)
+        self.cache.reorder_cache(rows)
+        self.hidden, self.mask = self.hidden[rows], self.mask[rows]
+
+
+def generated(model, encoded, **options) -> list[list[int]]:
+    """generate's token ids for a padded batch: without the start token, up to and including eos."""
+    with torch.no_grad():
+        rows = model.generate(**encoded, **options).tolist()
+    return [decoding._until_eos(row[1:], model.generation_config.eos_token_id) for row in rows]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_fed_generate_s_own_logits_the_search_chooses_generate_s_tokens(name, family_model):
+    """The loop is transformers' beam search, finalization at the length limit and the early-stop heuristic
+    included, for every length_penalty / early_stopping regime: on word salads (unseen by construction) that often
+    run to the limit without eos (T5 has no forced eos), its tokens are generate's."""
+    directory = family_model(name)
+    model, tokenizer = pytorch(directory)
+    prefix, settings = families.of_dir(directory).source_prefix, GenerationSettings.from_dir(directory)
+    words = sorted(w.strip("▁") for w in tokenizer.get_vocab() if w.strip("▁").isalpha())
+    rng = np.random.default_rng(0)
+    eos, at_limit = model.generation_config.eos_token_id, 0
+    for length_penalty, early_stopping in [(1.0, False), (1.0, True), (2.0, "never"), (-1.0, False), (0.0, True)]:
+        sentences = [" ".join(rng.choice(words, int(rng.integers(2, 14)))) for _ in range(8)]
+        encoded = reference.batch(tokenizer, sentences, prefix)
+        options = {"length_penalty": length_penalty, "early_stopping": early_stopping}
+        for beams, max_new_tokens in [(4, 4), (4, 9), (1, 6)]:
+            expected = generated(model, encoded, num_beams=beams, max_new_tokens=max_new_tokens, **options)
+            search = settings.with_options(num_beams=beams, max_new_tokens=max_new_tokens, **options)
+            assert decoding.generate(TorchRun(model, encoded, beams), len(sentences), search) == expected, options
+            at_limit += sum(len(row) == max_new_tokens and row[-1] != eos for row in expected)
+    assert at_limit >= 24 or settings.forced_eos_token_id is not None  # unforced, the limit ends many without eos
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@pytest.mark.parametrize("beams", [1, 4], ids=["greedy", "beam4"])
+def test_the_runtime_is_token_identical_with_generate_on_unseen_sentences_at_the_length_limit(
+    name, beams, family_model, family_export
+):
+    """The exported model through the Translator (ONNX Runtime, its fast paths on), on sentences of no eval set, with
+    limits short enough that the length limit, not eos, ends some of them."""
+    directory = family_model(name)
+    model, tokenizer = pytorch(directory)
+    translator = Translator(family_export(name))
+    prefix = families.of_dir(directory).source_prefix
+    for max_new_tokens in (4, 8):
+        expected = generated(
+            model, reference.batch(tokenizer, UNSEEN, prefix), num_beams=beams, max_new_tokens=max_new_tokens
+        )
+        got = runtime_ids(
+            translator,
+            tokenizer,
+            UNSEEN,
+            num_beams=beams,
+            batch_size=8,
+            max_new_tokens=max_new_tokens,
+            source_prefix=prefix,
+        )
+        assert got == expected
+        assert any(len(row) == max_new_tokens for row in expected)  # the limit ends some

@@ -12,6 +12,7 @@ from onnx import helper
 from conftest import run_cli
 from mtonnx.check import doctor, pitfalls
 from mtonnx.export.manual import export_manual, load_for_export
+from mtonnx.runtime import layout
 from mtonnx.variants.build import build_variant
 from mtonnx.variants.transforms import dynamic_int8, naive_int8
 
@@ -25,6 +26,7 @@ def broken(hand_export, tmp_path):
     """A fresh copy of the hand export to damage."""
     target = tmp_path / "broken"
     shutil.copytree(hand_export, target)
+    (target / layout.SUMS).unlink()  # edited by hand below: no SHA256SUMS (test_integrity checks the list)
     return target
 
 
@@ -84,5 +86,5 @@ def test_mismatched_vocab_is_flagged_and_the_cli_exits_1_with_json(tiny_dir, bro
 
 def test_missing_files_stop_the_diagnosis(tiny_dir, tmp_path):
     rows = doctor.diagnose(tmp_path, source=tiny_dir)
-    assert len(rows) == 1 and rows[0]["status"] == "fail" and "missing encoder_model.onnx" in rows[0]["evidence"]
-    assert rows[0]["check"] == "every ONNX file loads"
+    assert [r["status"] for r in rows] == ["warn", "fail"] and "cannot be verified" in rows[0]["evidence"]
+    assert rows[1]["check"] == "every ONNX file loads" and "missing encoder_model.onnx" in rows[1]["evidence"]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, mtonnx_cmd, run_cli
-from mtonnx.runtime import Translator
+from mtonnx.runtime import Translator, layout
 from mtonnx.runtime.decoding import MissingGenerationConfig
 from mtonnx.runtime.segments import split_sentences
 
@@ -233,6 +233,7 @@ def test_compare_to_a_full_stdout_names_the_comparison_and_exit_2(tmp_path):
 # 6. Model directory faults name the file; a missing generation_config.json says which settings were taken.
 def copy_without(export: Path, target: Path, name: str, content: str | None = None) -> Path:
     shutil.copytree(export, target)
+    (target / layout.SUMS).unlink()  # edited by hand below: no SHA256SUMS (test_integrity checks the list)
     if content is None:
         (target / name).unlink()
     else:
@@ -267,3 +268,10 @@ def test_a_broken_config_names_the_file(hand_export, source, tmp_path, name, con
     broken = copy_without(hand_export, tmp_path / "m", name, content)
     line = one_error_line(translate_cli(broken, "-i", str(source)))
     assert message in line, line
+
+
+def test_a_lone_surrogate_is_one_line_naming_it_not_sentencepieces_error(hand_export):
+    translator = Translator(hand_export)
+    with pytest.raises(ValueError) as caught:
+        translator.translate(["Fine.", "I like \ud800 tea."])
+    assert str(caught.value) == "texts[1] holds a lone surrogate (U+D800 at character 7): it is not Unicode text"

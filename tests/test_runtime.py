@@ -15,7 +15,7 @@ import pytest
 from conftest import REPO, mtonnx_cmd, run_cli
 from mtonnx import data
 from mtonnx.check.parity import runtime_parity
-from mtonnx.runtime import MarianSpmTokenizer, ModelDirError, Translator
+from mtonnx.runtime import MarianSpmTokenizer, ModelDirError, Translator, layout
 from mtonnx.runtime.segments import split_sentences
 
 SOURCES = [p.en for p in data.eval_set({"hsk_size": 16, "techdocs_size": 8, "eval_split": "test"})]
@@ -180,11 +180,12 @@ def test_bad_model_dirs_are_clear_errors(hand_export, tmp_path, models_dir):
     with pytest.raises(ModelDirError, match="missing vocab.json, source.spm, target.spm"):
         Translator(empty)
     no_onnx = tmp_path / "no-onnx"
-    shutil.copytree(hand_export, no_onnx, ignore=shutil.ignore_patterns("*.onnx"))
+    shutil.copytree(hand_export, no_onnx, ignore=shutil.ignore_patterns("*.onnx", layout.SUMS))
     with pytest.raises(ModelDirError, match="has no encoder_model.onnx"):
         Translator(no_onnx)
     mismatched = tmp_path / "mismatched"
     shutil.copytree(hand_export, mismatched)
+    (mismatched / layout.SUMS).unlink()  # edited by hand below: no SHA256SUMS (test_integrity checks the list)
     vocab = json.loads((mismatched / "vocab.json").read_text())
     vocab["<extra>"] = len(vocab)
     (mismatched / "vocab.json").write_text(json.dumps(vocab))

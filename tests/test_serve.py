@@ -426,6 +426,7 @@ def test_info_and_metrics(client, hand_export, translator, tmp_path):
 
     variant = tmp_path / "variant"
     shutil.copytree(hand_export, variant)
+    (variant / layout.SUMS).unlink()  # edited by hand below: no SHA256SUMS (test_integrity checks the list)
     (variant / layout.VARIANT_MANIFEST).write_text(json.dumps({"recipe": "int8", "files": {}}), encoding="utf-8")
     with serving(create_app(Translator(variant), ServeSettings(model_dir=str(variant)))) as c:
         assert c.get("/info").json()["variant_manifest"] == {"recipe": "int8", "files": {}}
@@ -447,6 +448,7 @@ def test_settings_come_from_the_params_file_and_flags_override_them(tmp_path):
 def test_command_line_errors_are_one_line_and_exit_2(hand_export, tmp_path, capsys, monkeypatch):
     broken = tmp_path / "broken"
     shutil.copytree(hand_export, broken)
+    (broken / layout.SUMS).unlink()  # edited by hand below: no SHA256SUMS (test_integrity checks the list)
     (broken / layout.ENCODER).write_bytes(b"not an onnx file")
     (tmp_path / "empty_key").write_text("\n")
     cases = [

@@ -32,7 +32,9 @@ def test_forms_auto_and_detect_answer_in_libretranslates_shapes():
     bearer = {"Authorization": "Bearer k3y"}
     with serving(create_app(Echo(), ServeSettings(api_key="k3y"))) as c:
         form = c.post("/translate", data={"q": TEXT, "source": "en", "target": "zh", "beams": "2", **key})
-        repeated = c.post("/translate", data={"q": ["I like tea.", "你好"], "source": "auto", **key})
+        repeated = c.post("/translate", data={"q": ["I like tea.", "1 + 1 = 2"], "source": "auto", **key})
+        chinese = {"q": ["I like tea.", "你好世界 ok"], **key}
+        chinese_auto, chinese_en = (c.post("/translate", data={**chinese, "source": s}) for s in ("auto", "en"))
         curl = c.post("/translate", content=b'{"q": "Hi."}', headers={"content-type": FORM, **bearer})
         detected = [
             c.post("/detect", data={"q": "Hello, world", **key}).json(),
@@ -47,9 +49,15 @@ def test_forms_auto_and_detect_answer_in_libretranslates_shapes():
         ]
     assert form.json() == {"translatedText": "[Where is the station?][I like tea.]"}
     assert repeated.json() == {
-        "translatedText": ["[I like tea.]", "[你好]"],
+        "translatedText": ["[I like tea.]", "[1 + 1 = 2]"],
         "detectedLanguage": [{"confidence": 100.0, "language": "en"}, {"confidence": 0.0, "language": "en"}],
     }
+    # source auto refuses what does not read as English; source en translates what it is sent
+    assert chinese_auto.status_code == 400 and chinese_auto.json()["error"] == (
+        "source auto: q[1] does not read as English (33.3 % of its letters are ASCII, below 50 %); this service "
+        "translates English only: send English, or source en to translate it all the same"
+    )
+    assert chinese_en.json() == {"translatedText": ["[I like tea.]", "[你好世界 ok]"]}
     assert curl.json() == {"translatedText": "[Hi.]"}  # `curl -d '{...}'` posts JSON typed as a form
     assert detected == [
         [{"confidence": 100.0, "language": "en"}],

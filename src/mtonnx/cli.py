@@ -331,7 +331,7 @@ def _translate(args: argparse.Namespace) -> int:
     from mtonnx.foundation.files import write_atomic
     from mtonnx.runtime import ModelDirError, SessionSettings, Translator
     from mtonnx.runtime.textio import InputError, read_text, split_lines
-    from mtonnx.runtime.translator import deployed_prefix, max_positions, model_dir_of
+    from mtonnx.runtime.translator import deployed_prefix, max_positions, model_dir_of, verify_dir
 
     def fail(message: str) -> int:
         print(f"mtonnx: error: {message}", file=sys.stderr)
@@ -342,6 +342,7 @@ def _translate(args: argparse.Namespace) -> int:
         return fail(problem)
     try:
         args.model_dir = model_dir_of(args.model_dir, args.run)
+        verify_dir(args.model_dir)  # before any file of it is read, so a damaged one is named as such
         if args.source_prefix is None:
             args.source_prefix = deployed_prefix(args.model_dir)
     except ModelDirError as err:
@@ -354,7 +355,9 @@ def _translate(args: argparse.Namespace) -> int:
                 f"--max-new-tokens {args.max_new_tokens}: the model has {positions} positions, so at most "
                 f"{positions - 1} new tokens"
             )
-        translator = Translator(args.model_dir, decoder=args.decoder, session=SessionSettings(threads=args.threads))
+        translator = Translator(
+            args.model_dir, decoder=args.decoder, session=SessionSettings(threads=args.threads), verify=False
+        )
         try:
             translator.check_prefix(args.source_prefix)
         except ValueError as err:
@@ -365,6 +368,7 @@ def _translate(args: argparse.Namespace) -> int:
     except OSError as err:
         return fail(f"{err.filename or args.input}: {err.strerror}")
     lines = split_lines(text)
+    translated, error = [], None
     with tqdm(total=0, unit="sentence", file=sys.stderr, desc="translating") as bar:
 
         def cut(where) -> None:
@@ -379,14 +383,19 @@ def _translate(args: argparse.Namespace) -> int:
                 bar.reset(total=total)
             bar.update(done)
 
-        translated = translator.translate(
-            lines,
-            batch_size=args.batch_size,
-            source_prefix=args.source_prefix,
-            progress=progress,
-            on_cut=cut,
-            **options,
-        )
+        try:
+            translated = translator.translate(
+                lines,
+                batch_size=args.batch_size,
+                source_prefix=args.source_prefix,
+                progress=progress,
+                on_cut=cut,
+                **options,
+            )
+        except ModelDirError as err:  # a model that answers nothing: no output written
+            error = str(err)
+    if error:
+        return fail(error)  # after the bar's last line
     result = "".join(f"{line}\n" for line in translated)
     if args.output not in (None, "-"):
         try:

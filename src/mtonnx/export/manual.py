@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
+import io
 import json
 import logging
 import shutil
@@ -29,6 +30,7 @@ from mtonnx.foundation import buildkey
 from mtonnx.foundation.files import staged_dir
 from mtonnx.params import DEFAULT_EXPORTER, DEFAULT_OPSET, EXPORTERS
 from mtonnx.runtime import layout
+from mtonnx.runtime.integrity import write_sums
 
 # Opsets each exporter writes correctly in torch 2.13 and ONNX Runtime 1.32 runs (SDPA needs 14; the dynamo
 # exporter builds at 18 and silently keeps 18 when asked for 14).
@@ -114,6 +116,7 @@ def export_model(
             if (Path(source_dir) / name).is_file():
                 shutil.copy2(Path(source_dir) / name, tmp / name)
         (tmp / layout.EXPORT_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        write_sums(tmp)
     return manifest
 
 
@@ -164,13 +167,16 @@ def export_subgraph(
 
 @contextlib.contextmanager
 def _quiet_torch_logs():
-    """Silence the exporters' log lines (e.g. 'torchvision is not installed'); errors still raise."""
+    """Silence the exporters' log lines (e.g. 'torchvision is not installed') and the partial graph torch.export
+    prints to stderr when it fails (pages of code, each line naming a file where this machine installed
+    transformers); errors still raise, with their message."""
     loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "torch.fx")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.CRITICAL)
     try:
-        yield
+        with contextlib.redirect_stderr(io.StringIO()):
+            yield
     finally:
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
@@ -215,7 +221,7 @@ def build_manifest(
     return {
         "exporter": exporter,
         "opset": opset,
-        "source": str(source_dir) if source_dir else None,
+        "source": str(Path(source_dir).resolve()) if source_dir else None,  # doctor follows it from anywhere
         "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
         "versions": {name: version_of(name) for name in PACKAGES},
         "files": {name: {**entry, **io_table(directory / name)} for name, entry in entries.items()},

@@ -16,6 +16,7 @@ from mtonnx.foundation import buildkey
 from mtonnx.foundation.files import staged_dir
 from mtonnx.passes import graphinfo
 from mtonnx.runtime import layout
+from mtonnx.runtime.integrity import write_sums
 
 TASK = "text2text-generation-with-past"
 FILES = layout.OPTIMUM_EXPORT
@@ -31,6 +32,7 @@ def export_optimum(model_dir: str | Path, out_dir: str | Path) -> dict[str, Any]
         missing = [f for f in FILES if not (tmp / f).is_file()]
         if missing:
             raise RuntimeError(f"optimum did not write {', '.join(missing)}")
+        write_sums(tmp)
     return {"seconds": round(time.perf_counter() - start, 1), "files": {f: (out_dir / f).stat().st_size for f in FILES}}
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from mtonnx.foundation.files import link_or_copy, staged_dir, write_atomic
 from mtonnx.runtime import layout
+from mtonnx.runtime.integrity import write_sums
 
 STAMP = re.compile(r"^- Run: .*$", re.M)  # the card's line `stamp` fills in
 FACTS = layout.DEPLOY_FACTS  # beside the card: what it was written from (the source prefix the runtime reads)
@@ -80,6 +81,7 @@ def publish(run_dir: str | Path, variant_dir: str | Path, facts: dict[str, Any])
                 link_or_copy(path, tmp / path.name)
         (tmp / FACTS).write_text(json.dumps(facts, ensure_ascii=False, indent=2, default=str) + "\n", "utf-8")
         (tmp / layout.MODEL_CARD).write_text(card(facts), encoding="utf-8")
+        write_sums(tmp)
     return target
 
 
@@ -97,6 +99,7 @@ def stamp(run_dir: str | Path, fingerprint: str, env: dict[str, Any]) -> None:
         f"onnxruntime {env.get('packages', {}).get('onnxruntime')}"
     )
     write_atomic(path, STAMP.sub(line, path.read_text(encoding="utf-8"), count=1))
+    write_sums(path.parent)
 
 
 def card(facts: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ import importlib
 from typing import Any
 
 _WHERE = {
+    "EmptyTranslationError": "translator",
     "GenerationSettings": "decoding",
     "SessionSettings": "sessions",
     "MarianSpmTokenizer": "tokenizer",

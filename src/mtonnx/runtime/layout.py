@@ -28,6 +28,7 @@ DEPLOY = "deploy"  # in a run directory: the recommended variant, all the runtim
 MODEL_CARD = "model_card.md"
 DEPLOY_FACTS = "deploy.json"  # in deploy/: what the card was written from, the run's source prefix among it
 
+SUMS = "SHA256SUMS"  # in every export, variant and deploy/: each file's SHA-256 (runtime.integrity)
 EXPORT_MANIFEST = "export_manifest.json"
 VARIANT_MANIFEST = "variant_manifest.json"
 TRANSLATIONS = "translations.json"  # in a run's variants/: every variant's translations of the eval set

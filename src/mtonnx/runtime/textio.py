@@ -41,6 +41,15 @@ def read_text(path: str | Path | None, errors: str = "strict") -> str:
         ) from None
 
 
+def lone_surrogate(text: str) -> str | None:
+    """Where `text` holds a lone UTF-16 surrogate (a str no UTF-8 text decodes to, but a JSON "\\ud800" escape or a
+    `surrogateescape` decode can make): "U+D800 at character 7", or None. The tokenizer cannot encode one."""
+    for i, char in enumerate(text):
+        if "\ud800" <= char <= "\udfff":
+            return f"U+{ord(char):04X} at character {i}"
+    return None
+
+
 def split_lines(text: str) -> list[str]:
     """Lines split on "\\n" only, a trailing "\\r" dropped, a final newline ending the last line (not a new one)."""
     if not text:

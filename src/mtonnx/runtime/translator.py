@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from mtonnx.runtime import decoding, families, heap, layout, layouts, segments
+from mtonnx.runtime import decoding, families, heap, integrity, layout, layouts, segments, textio
 from mtonnx.runtime.decoding import GenerationSettings
 from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.runtime.sessions import SessionSettings, make_session
@@ -29,10 +29,18 @@ from mtonnx.runtime.tokenizer import load_tokenizer, pad
 MAX_BATCH = 256  # sentences per model call at most: memory grows with it (a batch of 1000 held GBs)
 MAX_BEAMS = 64
 PREFIX_ROOM = 8  # positions a source prefix must leave for the sentence (a piece of `fit` is at least one word)
+# Every one of at least this many sentences translated to empty text is a model that answers nothing; one empty
+# answer alone may be the model's translation of that sentence (a symbol, a name).
+EMPTY_ANSWER_PIECES = 2
 
 
 class ModelDirError(RuntimeError):
     """A directory the runtime cannot translate with; str() names the file and what to do."""
+
+
+class EmptyTranslationError(ModelDirError):
+    """Every sentence of an input of at least EMPTY_ANSWER_PIECES sentences translated to empty text: a model that
+    answers nothing is broken (damaged weights, an untrained export), and must never pass as a translation."""
 
 
 class Translator:
@@ -41,7 +49,8 @@ class Translator:
     `wrap(file, session)` may replace each session by an object with the same `run` (calibration records the
     feeds that way; the in-place layout also calls `io_binding` and `run_with_iobinding`); `sessions` maps each
     loaded file to what the decoder runs. Any file that cannot be read or loaded is a ModelDirError naming it,
-    never a library's traceback.
+    never a library's traceback. `verify` checks every file against the directory's SHA256SUMS before anything
+    loads (runtime.integrity; None: unless MTONNX_VERIFY=0); a directory without the list loads unverified.
     """
 
     def __init__(
@@ -50,8 +59,10 @@ class Translator:
         decoder: str = "auto",
         session: SessionSettings = SessionSettings(),
         wrap: Callable[[str, ort.InferenceSession], Any] | None = None,
+        verify: bool | None = None,
     ):
         self.dir = Path(model_dir)
+        self.verified = verify_dir(self.dir, verify)  # the files checked; None: not verified
         self.layout = check_dir(self.dir, decoder)
         self.tokenizer = _read(self.dir, "the tokenizer files", lambda: load_tokenizer(self.dir))
         self.settings = _read(self.dir, "generation_config.json", lambda: GenerationSettings.from_dir(self.dir))
@@ -259,6 +270,8 @@ class Translator:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"texts[{i}] is {type(text).__name__}, not str")
+            if surrogate := textio.lone_surrogate(text):
+                raise ValueError(f"texts[{i}] holds a lone surrogate ({surrogate}): it is not Unicode text")
         self.validate(batch_size, options.get("num_beams"), options.get("max_new_tokens"), source_prefix)
         segmented = segments.segment(texts, fit=lambda sentence: self.fit(sentence, source_prefix))
         for cut in segmented.cuts:
@@ -279,10 +292,17 @@ class Translator:
     ) -> list[str]:
         """Translate pieces that are already segmented (runtime.segments: one sentence, or a cut part of one, each
         fitting the model's positions) in length-sorted batches; one translation per piece, in order. `progress` is
-        called with each batch's size."""
+        called with each batch's size. EmptyTranslationError when every one of at least EMPTY_ANSWER_PIECES non-blank
+        pieces comes back empty."""
         source_prefix = self.source_prefix if source_prefix is None else source_prefix
         encoded = [self.tokenizer.encode(f"{source_prefix} {t}".strip()) for t in pieces]
-        return [self.tokenizer.decode(ids) for ids in self.generate_sorted(encoded, batch_size, progress, **options)]
+        out = [self.tokenizer.decode(ids) for ids in self.generate_sorted(encoded, batch_size, progress, **options)]
+        if sum(1 for p in pieces if p.strip()) >= EMPTY_ANSWER_PIECES and not any(t.strip() for t in out):
+            raise EmptyTranslationError(
+                f"{self.dir}: the model translated all {len(pieces)} sentences to empty text: its files are damaged "
+                "or it is not a trained model; re-copy the directory or re-export it"
+            )
+        return out
 
 
 def model_dir_of(model_dir: str | Path | None, run: str | Path | None) -> Path:
@@ -310,6 +330,17 @@ def deployed_prefix(directory: str | Path) -> str:
     except (OSError, ValueError, AttributeError):
         raise ModelDirError(f"{path} is not readable JSON: copy the run's deploy/ directory again") from None
     return prefix if isinstance(prefix, str) else ""
+
+
+def verify_dir(directory: str | Path, verify: bool | None = None) -> int | None:
+    """runtime.integrity.verify unless turned off (`verify` False, or None and MTONNX_VERIFY=0), its failure as a
+    ModelDirError: the files checked, None when not verified (turned off, or a directory without SHA256SUMS)."""
+    if not integrity.enabled(verify):
+        return None
+    try:
+        return integrity.verify(directory)
+    except integrity.IntegrityError as err:
+        raise ModelDirError(str(err)) from None
 
 
 def check_dir(directory: Path, decoder: str = "auto") -> str:

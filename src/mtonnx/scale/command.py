@@ -67,12 +67,13 @@ def main(args: argparse.Namespace) -> int:
     holds it, the reason in its error column) or the job failed while running, 2 when the job cannot start (one line
     `mtonnx: error: ...`: a bad setting, another job on the output directory, a file there it did not write)."""
     from mtonnx.params import ParamsError
-    from mtonnx.runtime.translator import ModelDirError, model_dir_of
+    from mtonnx.runtime.translator import ModelDirError, model_dir_of, verify_dir
     from mtonnx.scale.inputs import ScaleError
     from mtonnx.scale.jobs import summary_line, translate_files
 
     try:
         args.model_dir = str(model_dir_of(args.model_dir, args.run))
+        verify_dir(args.model_dir)  # before any file of it is read (deploy.json for the prefix), so not again below
         chosen = settings(args)
         options = {k: v for k, v in (("num_beams", args.beams), ("max_new_tokens", args.max_new_tokens)) if v}
         result = translate_files(
@@ -85,6 +86,7 @@ def main(args: argparse.Namespace) -> int:
             options=options,
             address=args.address,
             overwrite=args.overwrite,
+            verify=False,
             **chosen,
         )
     except (ScaleError, ParamsError, ModelDirError) as err:

@@ -8,12 +8,12 @@ JSONL/Parquet) carries its reason in `error` instead of failing its file.
 from __future__ import annotations
 
 import glob
-import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mtonnx.runtime.integrity import file_sha256
 from mtonnx.runtime.segments import clean
 
 FORMATS = ("text", "jsonl", "parquet")
@@ -82,15 +82,6 @@ def find_inputs(specs: list[str], input_format: str = "auto") -> list[Input]:
             )
         stems[item.stem] = item.path
     return list(items.values())
-
-
-def file_sha256(path: str, block: int = 1 << 20) -> str:
-    """The sha256 of a file's bytes, read in blocks (an input can be larger than memory allows twice)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while data := f.read(block):
-            digest.update(data)
-    return digest.hexdigest()
 
 
 def read_rows(data: bytes, stem: str, fmt: str) -> dict[str, list]:

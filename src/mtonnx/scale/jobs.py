@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mtonnx.runtime.integrity import content_key
 from mtonnx.scale.inputs import CHUNK_ROWS, Input, ScaleError, find_inputs
 
 if TYPE_CHECKING:
@@ -56,19 +57,23 @@ def translate_files(
     overwrite: bool = False,
     progress: bool = True,
     log: Callable[[str], None] | None = stderr,
+    verify: bool | None = None,
 ) -> dict[str, Any]:
     """Translate files (text, JSONL, Parquet; paths, directories or globs) into one shard per file in `output`.
 
     `engine` local (one process, no Ray) or ray (`workers` actors of `threads_per_worker` CPUs on the cluster at
     `address`, $RAY_ADDRESS, the one already initialized, or a local one started and stopped here). `options`
     go to generate (num_beams, max_new_tokens). `overwrite` replaces shard paths that hold files this project did
-    not write instead of refusing them. Returns rows, errors, translated, seconds, sentences_per_s (translated rows
-    per second of the job, cluster start-up excluded), workers, skipped, skipped_errors (rows with an error in the
-    skipped shards), redone, startup_s, and each written shard's summary.
+    not write instead of refusing them. `verify` checks the model's SHA256SUMS first (None: unless MTONNX_VERIFY=0;
+    Ray workers check their own copies unless MTONNX_VERIFY=0 there). Returns rows, errors, translated, seconds,
+    sentences_per_s (translated rows per second of the job, cluster start-up excluded), workers, skipped,
+    skipped_errors (rows with an error in the skipped shards), redone, startup_s, and each written shard's summary.
+    A model that answers every sentence of a chunk with empty text fails the job (EmptyTranslationError): no shard
+    of it is marked complete.
     """
     log = log or (lambda message: None)
     _check_settings(engine, workers, threads_per_worker, batch_size, chunk_rows)
-    model = _check_model(model_dir, decoder, batch_size, options)
+    model = _check_model(model_dir, decoder, batch_size, options, verify)
     out = Path(output).resolve()
     items = find_inputs([inputs] if isinstance(inputs, str | Path) else [str(i) for i in inputs], input_format)
     items = [item for item in items if not Path(item.path).is_relative_to(out)]  # a glob may reach our own shards
@@ -83,7 +88,7 @@ def translate_files(
     if fmt not in shards.OUTPUT_FORMATS:
         raise ScaleError(f"output format must be {' or '.join(shards.OUTPUT_FORMATS)}; got {fmt!r}")
     options = dict(sorted((options or {}).items()))
-    settings = {"model": str(model), "model_files": _model_files(model), "decoder": decoder}
+    settings = {"model": str(model), "model_content": content_key(model), "decoder": decoder}
     job = shards.Job(str(output), fmt, {**settings, "source_prefix": source_prefix, "options": options})
     given = str(model_dir)
     worker = {
@@ -93,6 +98,7 @@ def translate_files(
         "source_prefix": source_prefix,
         "decoder": decoder,
         "options": options,
+        "verify": None if engine == "ray" else False,  # checked above; a Ray node checks its own copy
     }
     with shards.holding(_output_dir(output)):
         states, skipped_errors = _plan(job, items, overwrite, log)
@@ -180,11 +186,14 @@ def _check_settings(engine: str, workers: int, threads_per_worker: int, batch_si
             raise ScaleError(f"{name} must be a positive integer; got {value!r}")
 
 
-def _check_model(model_dir: str | Path, decoder: str, batch_size: int, options: dict[str, Any] | None) -> Path:
-    """The model directory, resolved, after the runtime's own checks and a check that it can run these settings:
-    a setting the model cannot run would otherwise fail every row."""
-    from mtonnx.runtime.translator import check_dir, check_options, max_positions
+def _check_model(
+    model_dir: str | Path, decoder: str, batch_size: int, options: dict[str, Any] | None, verify: bool | None
+) -> Path:
+    """The model directory, resolved, after the runtime's own checks (its SHA256SUMS first, as `verify` says) and a
+    check that it can run these settings: a setting the model cannot run would otherwise fail every row."""
+    from mtonnx.runtime.translator import check_dir, check_options, max_positions, verify_dir
 
+    verify_dir(model_dir, verify)
     check_dir(model_dir, decoder)
     model = Path(model_dir).resolve()
     try:
@@ -239,8 +248,3 @@ def summary_line(result: dict[str, Any]) -> str:
     if result["skipped"]:
         line += f"; {result['skipped']} inputs skipped (complete, {result['skipped_errors']} rows with an error)"
     return f"{line}; output in {result['output']}"
-
-
-def _model_files(model: Path) -> dict[str, int]:
-    """The model's ONNX and weight files with their sizes: a re-export into the same directory redoes the shards."""
-    return {p.name: p.stat().st_size for p in sorted(model.iterdir()) if p.suffix in (".onnx", ".bin", ".data")}

@@ -15,6 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from mtonnx.runtime.translator import EmptyTranslationError
 from mtonnx.scale import inputs
 from mtonnx.scale.shards import TRANSLATED
 
@@ -55,11 +56,14 @@ class Chunks:
         source_prefix: str = "",
         decoder: str = "auto",
         options: dict[str, Any] | None = None,
+        verify: bool | None = None,
     ):
         from mtonnx.runtime import SessionSettings, Translator
 
         self.model_dir = next((d for d in model_dirs if Path(d).is_dir()), model_dirs[-1])
-        self.translator = Translator(self.model_dir, decoder=decoder, session=SessionSettings(threads=threads))
+        self.translator = Translator(
+            self.model_dir, decoder=decoder, session=SessionSettings(threads=threads), verify=verify
+        )
         self.batch_size, self.source_prefix, self.options = batch_size, source_prefix, dict(options or {})
 
     def _translate(self, texts: list[str]) -> tuple[list[str], list[list[int]]]:
@@ -94,6 +98,8 @@ class Chunks:
         try:
             done, cuts = self._translate([texts[i] for i in todo])
             results = list(zip(done, cuts, [""] * len(todo)))
+        except EmptyTranslationError:  # the model answers nothing: the job fails, no shard is marked complete
+            raise
         except Exception:  # one bad row must not fail its chunk
             results = [self._alone(texts[i]) for i in todo]
         for i, (translation, pieces, error) in zip(todo, results):

@@ -29,6 +29,7 @@ from starlette.requests import ClientDisconnect
 
 from mtonnx.foundation.envinfo import version_of
 from mtonnx.runtime import layout
+from mtonnx.runtime.translator import EmptyTranslationError
 from mtonnx.serve import auth, schema
 from mtonnx.serve.batcher import Batcher, QueueFull
 from mtonnx.serve.engine import Options, TranslatorEngine
@@ -37,7 +38,8 @@ from mtonnx.serve.middleware import CLIENT_CLOSED, NOTE, RETRY_AFTER_S, BodyGuar
 from mtonnx.serve.settings import ServeSettings
 
 PATHS = ("/translate", "/detect", "/languages", "/info", "/metrics", "/openapi.json", *auth.PUBLIC_PATHS)
-WARMUP_TEXT, WARMUP_TOKENS = "Hello, world.", 4
+# Two sentences: a model that answers both with nothing is broken (runtime.translator.EMPTY_ANSWER_PIECES).
+WARMUP_TEXTS, WARMUP_TOKENS = ("Hello, world.", "How are you?"), 4
 ERRORS = {  # what each error status means, for the OpenAPI schema
     400: "a language pair or format this service does not translate",
     401: "a missing or wrong API key",
@@ -79,7 +81,7 @@ class Service:
         """One translation through the model's worker thread; then ready (or not, naming the failure)."""
         options = self.engine.defaults._replace(max_new_tokens=WARMUP_TOKENS)
         try:
-            await self.batcher.call(self.engine, [WARMUP_TEXT], options)
+            await self.batcher.call(self.engine, list(WARMUP_TEXTS), options)
         except Exception as err:
             self.not_ready_reason = f"the warm-up translation failed: {err}"
             log.error(self.not_ready_reason)
@@ -278,6 +280,11 @@ def _add_translate(app: FastAPI, service: Service) -> None:
             return _error(504, f"no translation within {settings.request_timeout_s} s (request_timeout_s)")
         except ClientDisconnect:
             raise  # its handler answers 499
+        except EmptyTranslationError as err:  # the model answers nothing: broken, so no longer ready either
+            service.ready, service.not_ready_reason = False, str(err)
+            service.metrics.ready.set(0)
+            log.error("%s", err)
+            return _error(500, str(err))
         except Exception as err:  # the model raised for this request's batch
             log.exception("translation failed")
             return _error(500, f"translation failed: {type(err).__name__}: {err}")

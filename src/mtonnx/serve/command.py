@@ -49,12 +49,13 @@ def main(args: argparse.Namespace) -> int:
         return _fail(f"{missing} is not installed; the service needs the serve extra: pip install 'mtonnx[serve]'")
     from mtonnx.params import ParamsError
     from mtonnx.runtime import ModelDirError, SessionSettings, Translator
-    from mtonnx.runtime.translator import model_dir_of
+    from mtonnx.runtime.translator import model_dir_of, verify_dir
     from mtonnx.serve import auth, server
     from mtonnx.serve.settings import settings_from_args
 
     try:
         args.model_dir = model_dir_of(args.model_dir, args.run)
+        verify_dir(args.model_dir)  # before any file of it is read, so a damaged one is named as such
         settings = settings_from_args(args)
     except (ParamsError, ModelDirError) as err:
         return _fail(str(err))
@@ -66,7 +67,10 @@ def main(args: argparse.Namespace) -> int:
         )
     try:
         translator = Translator(
-            settings.model_dir, decoder=settings.decoder, session=SessionSettings(threads=settings.threads)
+            settings.model_dir,
+            decoder=settings.decoder,
+            session=SessionSettings(threads=settings.threads),
+            verify=False,  # verified above
         )
     except ModelDirError as err:
         return _fail(str(err))

@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 SOURCES, TARGETS, FORMATS = ("en",), ("zh", "zh-Hans"), ("text",)
 AUTO = "auto"  # LibreTranslate's "detect the source language": English, the only source this model reads
+# With source auto, a text with letters of which fewer than this share (%) are ASCII is refused (400) rather than
+# translated into noise: it is not English. Source en translates whatever it is sent.
+AUTO_MIN_ENGLISH = 50
 FORM = "application/x-www-form-urlencoded"
 MAX_BEAMS = 16
 
@@ -118,6 +121,17 @@ def check(request: TranslateRequest, max_items: int, max_chars: int, max_new_tok
     if request.max_new_tokens is not None and request.max_new_tokens > max_new_tokens:
         raise RequestError(422, f"max_new_tokens: at most {max_new_tokens} (the model's max_length - 1)")
     texts = [request.q] if isinstance(request.q, str) else request.q
+    if request.source == AUTO:
+        for i, text in enumerate(texts):
+            share = detect(text)["confidence"]
+            if share < AUTO_MIN_ENGLISH and any(c.isalpha() for c in text):
+                where = "q" if isinstance(request.q, str) else f"q[{i}]"
+                raise RequestError(
+                    400,
+                    f"source auto: {where} does not read as English ({share:g} % of its letters are ASCII, below "
+                    f"{AUTO_MIN_ENGLISH} %); this service translates English only: send English, or source en to "
+                    "translate it all the same",
+                )
     if len(texts) > max_items:
         raise RequestError(413, f"q has {len(texts)} items; at most {max_items} per request (max_items)")
     for i, text in enumerate(texts):

@@ -18,6 +18,7 @@ from typing import Any
 
 from mtonnx.foundation.files import staged_dir
 from mtonnx.runtime import layout
+from mtonnx.runtime.integrity import write_sums
 
 Transform = Callable[[Path, Path], dict[str, Any]]
 
@@ -42,7 +43,7 @@ def build_variant(
         manifest = {
             "variant": name,
             "recipe": recipe,
-            "source": str(fp32_dir),
+            "source": str(fp32_dir.resolve()),  # absolute: doctor follows it from any working directory
             "details": details,
             "seconds": round(time.perf_counter() - start, 2),
             "size_mb": {f: round((tmp / f).stat().st_size / 2**20, 3) for f in layout.VARIANT_FILES},
@@ -51,6 +52,7 @@ def build_variant(
         if finalize is not None:
             manifest["finalize"] = finalize(tmp)
         (tmp / layout.VARIANT_MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+        write_sums(tmp)
     return manifest
 
 

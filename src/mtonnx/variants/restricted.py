@@ -17,6 +17,7 @@ from mtonnx.foundation.files import staged_dir
 from mtonnx.passes.output_rows import restrict, target_rows
 from mtonnx.passes.weightfile import externalize
 from mtonnx.runtime import layout
+from mtonnx.runtime.integrity import write_sums
 from mtonnx.variants.build import read_manifest
 
 
@@ -62,4 +63,5 @@ def rewrite_decoders(
         if (source / layout.WEIGHTS).is_file():
             manifest["finalize"] = externalize(tmp)
         (tmp / layout.VARIANT_MANIFEST).write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
+        write_sums(tmp)
     return manifest
