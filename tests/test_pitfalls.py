@@ -63,6 +63,10 @@ def test_special_tokens_show_unless_skipped(tiny):
 def test_fixed_length_padding_gives_the_same_tokens(hand_export):
     result = pitfalls.padding_strategies(Translator(hand_export), SENTENCES, length=64)
     assert result["identical_outputs"] and list(result["source_width"].values())[1] == 64
+    longer = [*SENTENCES, " ".join(["The quick brown fox jumps over the lazy dog."] * 6)]  # past 16 tokens
+    result = pitfalls.padding_strategies(Translator(hand_export), longer, length=16)
+    widths = list(result["source_width"].values())
+    assert result["identical_outputs"] and widths[0] == widths[1] > 16  # padded to the longest, never cut
 
 
 def test_fp16_turns_the_mask_constant_into_nan(hand_export):

@@ -177,10 +177,12 @@ def training_mode_export(model_dir: str | Path, work_dir: str | Path, opset: int
 
 
 def padding_strategies(translator, sentences: list[str], length: int = 64, max_new_tokens: int = 16) -> dict[str, Any]:
-    """padding=True (longest in batch) vs padding to a fixed max_length, with the mask: same ids, more work."""
+    """padding=True (longest in batch) vs padding to a fixed max_length (`length`, or the longest sentence when that
+    is longer, as the tokenizer would cut nothing), with the mask: same ids, more work."""
     from mtonnx.runtime.tokenizer import pad
 
     rows = [translator.tokenizer.encode(s) for s in sentences]
+    length = max(length, *(len(r) for r in rows))
     longest = pad(rows, translator.tokenizer.pad_token_id)
     fixed = pad(
         [r + [translator.tokenizer.pad_token_id] * (length - len(r)) for r in rows], translator.tokenizer.pad_token_id
