@@ -33,6 +33,7 @@ def test_the_source_prefix_flag_replaces_the_params_one_and_the_hash():
             exporter="manual",
             only_fp32=False,
             source_prefix=prefix,
+            overwrite=False,
         )
 
     from_params, flagged = Migration.from_args(flags(None)), Migration.from_args(flags(">>fra<<"))
