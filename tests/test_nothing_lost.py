@@ -275,3 +275,24 @@ def test_a_lone_surrogate_is_one_line_naming_it_not_sentencepieces_error(hand_ex
     with pytest.raises(ValueError) as caught:
         translator.translate(["Fine.", "I like \ud800 tea."])
     assert str(caught.value) == "texts[1] holds a lone surrogate (U+D800 at character 7): it is not Unicode text"
+
+
+def test_doctor_on_a_directory_that_is_not_there_or_a_file_is_one_line_and_exit_2(tmp_path):
+    a_file = tmp_path / "model.onnx"
+    a_file.write_bytes(b"x")
+    for given, what in ((tmp_path / "nope", "does not exist"), (a_file, "is a file, not a directory")):
+        line = one_error_line(run_cli("doctor", "--model-dir", str(given)))
+        assert line == f"mtonnx: error: --model-dir {given} {what}: give an export, variant or deploy/ directory"
+
+
+def test_doctor_to_a_full_stdout_names_its_report_and_exit_2(hand_export, tiny_dir):
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            mtonnx_cmd("doctor", "--model-dir", str(hand_export), "--source", str(tiny_dir)),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=300,
+        )
+    line = one_error_line(done)
+    assert "cannot write doctor's report to stdout" in line, line

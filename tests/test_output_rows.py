@@ -95,6 +95,18 @@ def test_a_broken_restriction_fails_at_load_with_one_line(variants, tmp_path, ro
     assert "\n" not in str(err.value) and layout.OUTPUT_ROWS in str(err.value)
 
 
+def test_a_restricted_variant_without_its_output_rows_is_named_not_blamed_on_the_tokenizer(variants, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(variants[1], broken)
+    (broken / layout.OUTPUT_ROWS).unlink()
+    with pytest.raises(ModelDirError, match="SHA256SUMS but missing"):  # the list names it first
+        Translator(broken)
+    with pytest.raises(ModelDirError) as err:
+        Translator(broken, verify=False)
+    assert f"a restricted variant whose {layout.OUTPUT_ROWS}" in str(err.value) and "missing" in str(err.value)
+    assert "different models" not in str(err.value)
+
+
 def test_a_tied_lm_head_is_refused(dynamo_export):
     model = onnx.load(str(dynamo_export / layout.DECODER_WITH_PAST))
     with pytest.raises(ValueError, match="untie"):

@@ -255,8 +255,21 @@ def _doctor(args: argparse.Namespace) -> int:
 
     from mtonnx.check.doctor import diagnose, format_table
 
-    rows = diagnose(args.model_dir, args.source, tolerance=args.tolerance)
-    print(json.dumps(rows, indent=2) if args.json else format_table(rows))
+    directory = Path(args.model_dir)
+    if not directory.is_dir():
+        what = "is a file, not a directory" if directory.exists() else "does not exist"
+        print(f"mtonnx: error: --model-dir {args.model_dir} {what}: give an export, variant or deploy/ directory",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    rows = diagnose(directory, args.source, tolerance=args.tolerance)
+    problem = _write_stdout(
+        (json.dumps(rows, indent=2) if args.json else format_table(rows)) + "\n",
+        "doctor's report",
+        "a stdout that takes it (redirect it to a file)",
+    )
+    if problem:
+        print(f"mtonnx: error: {problem}", file=sys.stderr)
+        return 2
     return 1 if any(r["status"] == "fail" for r in rows) else 0
 
 

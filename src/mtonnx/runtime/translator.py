@@ -139,6 +139,12 @@ class Translator:
                     f"{self.tokenizer.vocab_size}) but the model's logits have {size}: rebuild the restricted variant "
                     "(mtonnx.variants.restricted)"
                 )
+        elif isinstance(size, int) and size < self.tokenizer.vocab_size:
+            raise ModelDirError(
+                f"{self.dir}: the model's logits have {size} columns for a {self.tokenizer.vocab_size}-entry "
+                f"vocab.json: a restricted variant whose {layout.OUTPUT_ROWS} (the vocabulary row of each column) is "
+                "missing; copy it back from the variant, or the tokenizer files come from another model"
+            )
         elif isinstance(size, int) and size != self.tokenizer.vocab_size and not self._padded_vocab(size):
             raise ModelDirError(
                 f"{self.dir}: vocab.json has {self.tokenizer.vocab_size} entries but the model's logits have {size}: "
