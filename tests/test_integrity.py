@@ -213,6 +213,26 @@ def test_an_empty_answer_is_a_json_500_and_the_service_is_not_ready(deployed, si
         portal.call(http.aclose)
 
 
+def test_a_request_that_comes_back_empty_from_a_working_model_leaves_the_service_ready(deployed, monkeypatch):
+    generate = Translator.generate_sorted
+
+    def silent_on_symbols(self, encoded, *args, **kwargs):  # a working model with no words for two symbols
+        out = generate(self, encoded, *args, **kwargs)
+        return [[] for _ in encoded] if len(encoded) == 2 and encoded[0][0] == symbols[0] else out
+
+    app = create_app(Translator(deployed), ServeSettings(model_dir=str(deployed)))
+    symbols = Translator(deployed).tokenizer.encode("§")
+    with start_blocking_portal() as portal, portal.wrap_async_context_manager(app.router.lifespan_context(app)):
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://serve", timeout=60)
+        assert _settled(portal, http).status_code == 200
+        monkeypatch.setattr(Translator, "generate_sorted", silent_on_symbols)
+        request = {"q": ["§", "§"], "source": "en", "target": "zh"}
+        answer = portal.call(lambda: http.post("/translate", json=request))
+        assert answer.status_code == 500 and "to empty text" in answer.json()["error"]
+        assert portal.call(lambda: http.get("/health/ready")).status_code == 200  # the warm-up still translates
+        portal.call(http.aclose)
+
+
 def _settled(portal, http: httpx.AsyncClient) -> httpx.Response:
     """/health/ready once the warm-up is over (ready, or not ready for another reason than warming up)."""
     deadline = time.monotonic() + 30

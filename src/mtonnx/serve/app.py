@@ -77,14 +77,31 @@ class Service:
         self.batcher.start()
         self._warmup = asyncio.get_running_loop().create_task(self.warm_up())
 
-    async def warm_up(self) -> None:
-        """One translation through the model's worker thread; then ready (or not, naming the failure)."""
+    async def _warm_up_problem(self) -> str | None:
+        """Why the warm-up sentences got no translation through the model's worker thread (None: they did)."""
         options = self.engine.defaults._replace(max_new_tokens=WARMUP_TOKENS)
         try:
             await self.batcher.call(self.engine, list(WARMUP_TEXTS), options)
         except Exception as err:
-            self.not_ready_reason = f"the warm-up translation failed: {err}"
-            log.error(self.not_ready_reason)
+            return f"the warm-up translation failed: {err}"
+        return None
+
+    async def recheck(self) -> None:
+        """After a batch came back empty, translate the warm-up sentences again: a model that answers them with
+        nothing too is broken and no longer ready; one that answers them stays ready (a request with nothing to
+        translate must not take the service down)."""
+        problem = await self._warm_up_problem()
+        if problem:
+            self.ready, self.not_ready_reason = False, problem
+            self.metrics.ready.set(0)
+            log.error("%s", problem)
+
+    async def warm_up(self) -> None:
+        """One translation through the model's worker thread; then ready (or not, naming the failure)."""
+        problem = await self._warm_up_problem()
+        if problem:
+            self.not_ready_reason = problem
+            log.error(problem)
             return
         self.ready = True
         self.metrics.ready.set(1)
@@ -280,10 +297,9 @@ def _add_translate(app: FastAPI, service: Service) -> None:
             return _error(504, f"no translation within {settings.request_timeout_s} s (request_timeout_s)")
         except ClientDisconnect:
             raise  # its handler answers 499
-        except EmptyTranslationError as err:  # the model answers nothing: broken, so no longer ready either
-            service.ready, service.not_ready_reason = False, str(err)
-            service.metrics.ready.set(0)
+        except EmptyTranslationError as err:  # nothing came back: not ready if the warm-up now fails too
             log.error("%s", err)
+            await service.recheck()
             return _error(500, str(err))
         except Exception as err:  # the model raised for this request's batch
             log.exception("translation failed")
