@@ -103,7 +103,8 @@ def test_a_restricted_variant_without_its_output_rows_is_named_not_blamed_on_the
         Translator(broken)
     with pytest.raises(ModelDirError) as err:
         Translator(broken, verify=False)
-    assert f"a restricted variant whose {layout.OUTPUT_ROWS}" in str(err.value) and "missing" in str(err.value)
+    assert "a restricted variant" in str(err.value) and f"{layout.OUTPUT_ROWS}, the vocabulary row" in str(err.value)
+    assert "is missing: copy it back from the variant" in str(err.value)
     assert "different models" not in str(err.value)
 
 

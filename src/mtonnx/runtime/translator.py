@@ -139,17 +139,24 @@ class Translator:
                     f"{self.tokenizer.vocab_size}) but the model's logits have {size}: rebuild the restricted variant "
                     "(mtonnx.variants.restricted)"
                 )
-        elif isinstance(size, int) and size < self.tokenizer.vocab_size:
+        elif isinstance(size, int) and size < self.tokenizer.vocab_size and self._restricted():
             raise ModelDirError(
-                f"{self.dir}: the model's logits have {size} columns for a {self.tokenizer.vocab_size}-entry "
-                f"vocab.json: a restricted variant whose {layout.OUTPUT_ROWS} (the vocabulary row of each column) is "
-                "missing; copy it back from the variant, or the tokenizer files come from another model"
+                f"{self.dir}: a restricted variant (its logits have {size} columns for a "
+                f"{self.tokenizer.vocab_size}-entry vocab.json) whose {layout.OUTPUT_ROWS}, the vocabulary row of each "
+                "column, is missing: copy it back from the variant"
             )
         elif isinstance(size, int) and size != self.tokenizer.vocab_size and not self._padded_vocab(size):
             raise ModelDirError(
                 f"{self.dir}: vocab.json has {self.tokenizer.vocab_size} entries but the model's logits have {size}: "
                 "the tokenizer files and the ONNX files come from different models"
             )
+
+    def _restricted(self) -> bool:
+        """Whether the directory's variant manifest says its lm_head was cut to fewer output rows."""
+        manifest = _read(
+            self.dir, layout.VARIANT_MANIFEST, lambda: families.read_json(self.dir / layout.VARIANT_MANIFEST)
+        )
+        return (manifest.get("recipe") or {}).get("output_rows") is not None
 
     def _padded_vocab(self, size: int) -> bool:
         """Logits wider than the tokenizer's ids because the model padded its embedding to a round size, as config.json
