@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,5 +150,9 @@ def test_the_quickstart_s_commands_print_what_its_block_says(tmp_path):
     from mtonnx.serve.app import create_app
 
     with TestClient(create_app(Translator(out / "deploy"))) as client:
+        for _ in range(600):  # the warm-up translation runs in the background: ready first
+            if client.get("/health/ready").status_code == 200:
+                break
+            time.sleep(0.05)
         answered = client.post("/translate", json={"q": english, "source": "en", "target": "zh"})
     assert answered.status_code == 200 and answered.json() == {"translatedText": answers}
