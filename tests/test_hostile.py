@@ -4,6 +4,7 @@ output files untouched on failure."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from conftest import REPO, cli_env, mtonnx_cmd, run_cli, tuned_variants
 from mtonnx.runtime import Translator, layout
 from mtonnx.runtime.segments import clean, segment, split_sentences
-from mtonnx.runtime.textio import split_lines
+from mtonnx.runtime.textio import line_chunks
 
 GOOD_OUTPUT = "an earlier, good translation\n"
 
@@ -71,10 +72,16 @@ def test_control_characters_never_break_a_line(hand_export, tmp_path):
         assert translated == "".join(translator.translate(sentences, max_new_tokens=8)), line
 
 
+def split_lines(text: str, size: int = 3) -> list[str]:
+    """The lines `mtonnx translate` reads from `text`, read `size` at a time (so chunk edges are crossed)."""
+    return [line for chunk in line_chunks(io.BytesIO(text.encode("utf-8")), "text", size=size) for line in chunk]
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=200))
 def test_any_text_gives_one_output_line_per_input_line(text):
-    lines = split_lines(text)
+    lines = split_lines(text.removeprefix("\ufeff"))
+    text = text.removeprefix("\ufeff")
     assert len(lines) == text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     segmented = segment(lines)
     out = segmented.join(f"<{s}>" for s in segmented.pieces)
@@ -395,3 +402,65 @@ def test_python_runs_the_cli_module_too():
         timeout=60,
     )
     assert done.returncode == 2 and done.stderr.startswith("mtonnx: error: translate: argument --batch-size")
+
+
+class _Endless(io.RawIOBase):
+    """`lines` lines of 64 bytes made as they are read: a large input that no test file has to hold."""
+
+    def __init__(self, lines: int):
+        self.left, self.line = lines, b"x" * 63 + b"\n"
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        count = min(len(buffer) // len(self.line), self.left)
+        data = self.line * count
+        buffer[: len(data)] = data
+        self.left -= count
+        return len(data)
+
+
+def test_reading_holds_one_chunk_of_lines_whatever_the_input_length():
+    import tracemalloc
+
+    tracemalloc.start()
+    lines = sum(len(chunk) for chunk in line_chunks(io.BufferedReader(_Endless(1_000_000)), "big", size=1024))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert lines == 1_000_000
+    assert peak < 2_000_000, f"peak {peak} bytes while reading 64 MB"
+
+
+def test_translate_writes_the_first_lines_before_the_input_ends(hand_export):
+    """A stream in, a stream out: translations of the first chunk arrive while stdin is still open."""
+    process = subprocess.Popen(
+        mtonnx_cmd("translate", "--model-dir", str(hand_export), "--max-new-tokens", "2"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO,
+    )
+    try:
+        process.stdin.write(b"Hello.\n" * 1500)
+        process.stdin.flush()
+        first = [process.stdout.readline() for _ in range(1024)]  # blocks until they come: stdin stays open
+        assert all(line.endswith(b"\n") for line in first) and len(set(first)) == 1
+        process.stdin.close()
+        rest = process.stdout.read().splitlines(keepends=True)
+        assert process.wait(timeout=120) == 0 and len(rest) == 1500 - 1024 and set(rest) == set(first)
+    finally:
+        process.kill()
+
+
+def test_a_bad_byte_after_the_first_chunk_writes_no_output_file(hand_export, tmp_path):
+    source, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    source.write_bytes(b"Hello.\n" * 1100 + b"caf\xe9\n")
+    done = translate_cli(hand_export, "-i", str(source), "-o", str(out))
+    errors = [line for line in done.stderr.decode().splitlines() if line.startswith("mtonnx:")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr.decode()
+    assert errors == [
+        f"mtonnx: error: {source}: line 1101, byte 3: not valid UTF-8 (invalid continuation byte); convert the file "
+        "to UTF-8, or pass --errors replace to translate it with the bad bytes replaced"
+    ]
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["in.txt"]

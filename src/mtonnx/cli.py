@@ -339,11 +339,13 @@ def _write_stdout(text: str, what: str = "the translation", instead: str = "an o
 
 
 def _translate(args: argparse.Namespace) -> int:
+    import contextlib
+
     from tqdm import tqdm
 
-    from mtonnx.foundation.files import write_atomic
-    from mtonnx.runtime import ModelDirError, SessionSettings, Translator
-    from mtonnx.runtime.textio import InputError, read_text, split_lines
+    from mtonnx.foundation.files import write_with
+    from mtonnx.runtime import ModelDirError, SessionSettings, Translator, textio
+    from mtonnx.runtime.textio import InputError
     from mtonnx.runtime.translator import deployed_prefix, max_positions, model_dir_of, verify_dir
 
     def fail(message: str) -> int:
@@ -375,49 +377,90 @@ def _translate(args: argparse.Namespace) -> int:
             translator.check_prefix(args.source_prefix)
         except ValueError as err:
             raise ValueError(f"--source-prefix: {err}") from None
-        text = read_text(args.input, errors=args.errors)
+        if args.input not in (None, "-"):
+            open(args.input, "rb").close()  # a missing or unreadable input is named before any output exists
     except (ModelDirError, InputError, ValueError) as err:
         return fail(str(err))
     except OSError as err:
         return fail(f"{err.filename or args.input}: {err.strerror}")
-    lines = split_lines(text)
-    translated, error = [], None
-    with tqdm(total=0, unit="sentence", file=sys.stderr, desc="translating") as bar:
 
-        def cut(where) -> None:
-            bar.write(
-                f"mtonnx: warning: line {where.text + 1}: a sentence too long for the model was translated in "
-                f"{where.pieces} pieces",
-                file=sys.stderr,
-            )
+    def translate_into(out) -> None:
+        """Translate the input chunk by chunk (runtime.textio.line_chunks) into `out`, one line per line; the
+        progress bar starts with the first chunk read, so input refused at once is one error line."""
+        with textio.opened(args.input) as (stream, name, size), contextlib.ExitStack() as stack:
+            first, bar = 0, None
+            for chunk in textio.line_chunks(stream, name, args.errors):
+                if bar is None:
+                    unit = {"unit": "B", "unit_scale": True} if size else {"unit": "line"}
+                    bar = stack.enter_context(tqdm(total=size, file=sys.stderr, desc="translating", **unit))
 
-        def progress(done: int, total: int) -> None:
-            if bar.total != total:
-                bar.reset(total=total)
-            bar.update(done)
+                def cut(where, first=first, bar=bar) -> None:
+                    bar.write(
+                        f"mtonnx: warning: line {first + where.text + 1}: a sentence too long for the model was "
+                        f"translated in {where.pieces} pieces",
+                        file=sys.stderr,
+                    )
 
+                translated = translator.translate(
+                    chunk, batch_size=args.batch_size, source_prefix=args.source_prefix, on_cut=cut, **options
+                )
+                out.write("".join(f"{line}\n" for line in translated).encode("utf-8"))
+                out.flush()
+                first += len(chunk)
+                bar.update(stream.tell() - bar.n if size else len(chunk))
+
+    try:
+        if args.output not in (None, "-"):
+            try:
+                write_with(args.output, lambda tmp: _with_file(tmp, translate_into))
+            except OSError as err:
+                if err.filename is None or err.filename == args.input:
+                    raise
+                return fail(f"cannot write -o {args.output} ({err.strerror or err})")
+            return 0
+        if sys.stdout is None:
+            return fail("stdout is closed: give an output file with -o FILE")
+        translate_into(_Stdout())
+    except (ModelDirError, InputError) as err:  # a model that answers nothing, input that cannot be read
+        return fail(str(err))
+    except _StdoutError as err:
+        return fail(str(err))
+    except OSError as err:
+        return fail(f"{err.filename or args.input}: {err.strerror}")
+    return 0
+
+
+def _with_file(path: str, write) -> None:
+    with open(path, "wb") as out:
+        write(out)
+
+
+class _StdoutError(OSError):
+    """stdout refused the translation; str() is the message shown."""
+
+
+class _Stdout:
+    """stdout's bytes for a streamed translation: a failed write (a closed pipe, a full disk) is one _StdoutError
+    naming -o as the way out, and stdout then points at /dev/null so the interpreter's own flush cannot fail again."""
+
+    def write(self, data: bytes) -> None:
         try:
-            translated = translator.translate(
-                lines,
-                batch_size=args.batch_size,
-                source_prefix=args.source_prefix,
-                progress=progress,
-                on_cut=cut,
-                **options,
-            )
-        except ModelDirError as err:  # a model that answers nothing: no output written
-            error = str(err)
-    if error:
-        return fail(error)  # after the bar's last line
-    result = "".join(f"{line}\n" for line in translated)
-    if args.output not in (None, "-"):
-        try:
-            write_atomic(args.output, result)
+            sys.stdout.buffer.write(data)
         except OSError as err:
-            return fail(f"cannot write -o {args.output} ({err.strerror or err})")
-        return 0
-    problem = _write_stdout(result)
-    return fail(problem) if problem else 0
+            self._failed(err)
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.buffer.flush()
+        except OSError as err:
+            self._failed(err)
+
+    @staticmethod
+    def _failed(err: OSError) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise _StdoutError(
+            f"cannot write the translation to stdout ({err.strerror or err}): give an output file with -o FILE"
+        ) from None
 
 
 def _compare(args: argparse.Namespace) -> int:

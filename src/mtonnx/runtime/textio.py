@@ -1,5 +1,7 @@
 """Text in for `mtonnx translate`: a file or stdin, UTF-8, as lines; line i of the output translates line i.
 
+- Read in chunks of lines as the translation needs them (`line_chunks`), so an input of any length is translated
+  in the memory of one chunk.
 - Lines are split on "\\n" only (a trailing "\\r" is dropped); runtime.segments splits each into sentences and
   cleans out every other control character, so no line can turn into two.
 - Input must be UTF-8: an invalid byte is one error naming the line and byte offset (`errors="replace"` goes on).
@@ -8,37 +10,64 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 
 class InputError(ValueError):
     """Input the translator cannot read; str() is the one line shown to the user."""
 
 
-def read_text(path: str | Path | None, errors: str = "strict") -> str:
-    """A file's text (stdin when `path` is None or "-"), UTF-8; InputError naming the line and byte offset of an
-    invalid byte unless `errors="replace"`, and for a stdin that is closed."""
-    stdin = path is None or str(path) == "-"
-    name = "stdin" if stdin else str(path)
-    if stdin:
+@contextlib.contextmanager
+def opened(path: str | Path | None) -> Iterator[tuple[BinaryIO, str, int | None]]:
+    """(the binary stream, its name, its size in bytes or None) of a file, or of stdin when `path` is None or "-";
+    InputError for a stdin that is closed or cannot be read, OSError for a file."""
+    if path is None or str(path) == "-":
         if sys.stdin is None or sys.stdin.closed:
             raise InputError("stdin is closed: give the input with -i FILE or pipe it in")
+        yield sys.stdin.buffer, "stdin", None
+        return
+    with open(path, "rb") as stream:
+        size = os.fstat(stream.fileno()).st_size
+        yield stream, str(path), size if stat.S_ISREG(os.fstat(stream.fileno()).st_mode) else None
+
+
+def line_chunks(stream: BinaryIO, name: str, errors: str = "strict", size: int = 1024) -> Iterator[list[str]]:
+    """The stream's lines, `size` at a time, read as they are needed so that memory holds one chunk whatever the
+    input's length: split on "\n" only, a trailing "\r" dropped, a final newline ending the last line (not a new
+    one), a leading byte order mark dropped. InputError naming the line and byte offset of an invalid UTF-8 byte
+    unless `errors="replace"`, and for a stream that cannot be read."""
+    chunk: list[str] = []
+    number = 0
+    while True:
         try:
-            data = sys.stdin.buffer.read()
+            raw = stream.readline()
         except OSError as err:
-            raise InputError(f"stdin cannot be read: {err.strerror or err}") from None
-    else:
-        data = Path(path).read_bytes()
-    try:
-        return data.decode("utf-8", errors=errors).removeprefix("\ufeff")
-    except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
-        offset = err.start - (data.rfind(b"\n", 0, err.start) + 1)
-        raise InputError(
-            f"{name}: line {line}, byte {offset}: not valid UTF-8 ({err.reason}); convert the file to "
-            "UTF-8, or pass --errors replace to translate it with the bad bytes replaced"
-        ) from None
+            raise InputError(f"{name} cannot be read: {err.strerror or err}") from None
+        if not raw:
+            break
+        number += 1
+        try:
+            line = raw.decode("utf-8", errors=errors)
+        except UnicodeDecodeError as err:
+            raise InputError(
+                f"{name}: line {number}, byte {err.start}: not valid UTF-8 ({err.reason}); convert the file to "
+                "UTF-8, or pass --errors replace to translate it with the bad bytes replaced"
+            ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        line = line.removesuffix("\n")
+        chunk.append(line.removesuffix("\r"))
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def lone_surrogate(text: str) -> str | None:
@@ -48,13 +77,3 @@ def lone_surrogate(text: str) -> str | None:
         if "\ud800" <= char <= "\udfff":
             return f"U+{ord(char):04X} at character {i}"
     return None
-
-
-def split_lines(text: str) -> list[str]:
-    """Lines split on "\\n" only, a trailing "\\r" dropped, a final newline ending the last line (not a new one)."""
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
