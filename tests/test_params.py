@@ -32,6 +32,11 @@ def write(tmp_path: Path, text: str) -> Path:
         ("model:\n  path: no/such/dir\n", "'model.path' points to"),
         ("model: [1, 2]\n", "'model' must be a mapping, got list"),
         ("model:\n  name:\n", "'model.name' must not be empty"),
+        ("quant:\n  invariance_exempt: [int8]\n", "'quant.invariance_exempt' must be dict, got list"),
+        (
+            "quant:\n  invariance_exempt:\n    int8: ''\n",
+            "'quant.invariance_exempt' maps names to non-empty reasons; 'int8' has ''",
+        ),
         ("data: {hsk_size: 5\n", "not valid YAML"),
         ("- a\n- b\n", "the top level must be a mapping"),
     ],

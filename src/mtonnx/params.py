@@ -132,6 +132,23 @@ SCHEMA: dict[str, Any] = {
             lo=0.0,
             hi=1.0,
         ),
+        "invariance_sentences": Field(
+            int,
+            200,
+            "batch invariance gate: sentences (the first of the eval set) each variant translates alone, in batches "
+            "and shuffled, at beam 1 and the workload's beams",
+            lo=1,
+            hi=100_000,
+        ),
+        "invariance_batch": Field(
+            int, 16, "batch invariance gate: the batch size of the batched and shuffled translations", lo=2, hi=256
+        ),
+        "invariance_exempt": Field(
+            dict,
+            {},
+            "batch invariance gate: variants opted out, each with the reason the report and the model card show "
+            "({variant: reason})",
+        ),
         "workload_batches": Field(
             list, [1, 8], "the objective: batch sizes of the workload the recommendation times", items=int, lo=1, hi=256
         ),
@@ -362,6 +379,11 @@ def _check(value: Any, spec: Field, file: Path, key: str) -> Any:
     if isinstance(value, bool) and bool not in wanted or not isinstance(value, wanted):
         names = " or ".join(t.__name__ for t in wanted)
         raise ParamsError(f"{file}: '{key}' must be {names}, got {type(value).__name__} {value!r}")
+    if isinstance(value, dict):
+        bad = [k for k, v in value.items() if not isinstance(k, str) or not isinstance(v, str) or not v.strip()]
+        if bad:
+            raise ParamsError(f"{file}: '{key}' maps names to non-empty reasons; '{bad[0]}' has {value[bad[0]]!r}")
+        return value
     if spec.items is not None:
         if not isinstance(value, list):
             raise ParamsError(f"{file}: '{key}' must be a list, got {type(value).__name__} {value!r}")

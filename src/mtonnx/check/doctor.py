@@ -25,7 +25,14 @@ import numpy as np
 from mtonnx.runtime import families, layout, layouts
 
 RUNTIME_FILES = layout.VARIANT_FILES
-QUANTIZED_OPS = {"MatMulInteger", "DynamicQuantizeMatMul", "QuantizeLinear", "DequantizeLinear", "QLinearMatMul"}
+QUANTIZED_OPS = {
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "DynamicQuantizeMatMul",
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "QLinearMatMul",
+}
 TRAINING_OPS = {"Dropout", "RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike", "Bernoulli"}
 LAB = "needs the lab extra (pip install 'mtonnx[lab]')"
 # A quantized or fp16 export may move the outputs this far from PyTorch's (a warning); beyond it, it is broken.

@@ -6,6 +6,9 @@
 - `compare`: BLEU / chrF of each variant against the references, its deltas to fp32 with 95 % CIs and p-values
   from sacrebleu's paired bootstrap (foundation.scores), the quality gate (measure.verdicts); its fidelity to fp32
   (the share of sentences identical to fp32's, with a 95 % CI, chrF against fp32's output) and the fidelity gate.
+- `invariance`: the first sentences of the eval set translated alone, in batches and shuffled, at beam 1 and at the
+  workload's beams: the share whose tokens are the same every way (a translation must not depend on what it is
+  batched with), and the sentences that change; `invariance_all` does several variants, one per core, untimed;
 - `speed`: the workload (the params' batch sizes at their beams, what the service and batch run) on a fixed subset
   of the sentences, repetitions interleaved across all variants (so a verdict can tell a real speed difference
   from the machine's drift), and the objective: the workload's time, one number per variant and repetition.
@@ -76,6 +79,8 @@ class VariantBench:
     repeats: int = 5
     warmup: int = 1
     workload: tuple[Workload, ...] = (Workload(1, 4), Workload(8, 4))
+    invariance_sentences: int = 200
+    invariance_batch: int = 16
 
     @property
     def objective(self) -> str:
@@ -104,6 +109,63 @@ class VariantBench:
             "token_ids": ids,
             "tokens_sha": hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16],
         }
+
+    def invariance(self, variant_dir: str | Path) -> dict[str, Any]:
+        """The first `invariance_sentences` sources, each beam count of (1, the workload's beams): translated one
+        at a time, in batches of `invariance_batch`, and shuffled (a fixed permutation) in batches of that size.
+        Per beam count the share of sentences whose tokens are identical all three ways; `share` is the lowest, and
+        `changed` lists, per beam count, the indices of the sentences that differ."""
+        translator = self._translator(variant_dir)
+        sources = self.sources[: self.invariance_sentences]
+        order = np.random.default_rng(0).permutation(len(sources)).tolist()
+        out: dict[str, Any] = {"sentences": len(sources), "batch": self.invariance_batch, "changed": {}}
+        for beams in sorted({1, *(w.beams for w in self.workload)}):
+            alone = [self._generate(translator, [s], 1, beams)[0] for s in sources]
+            batched = self._generate(translator, sources, self.invariance_batch, beams)
+            shuffled = self._generate(translator, [sources[i] for i in order], self.invariance_batch, beams)
+            unshuffled = [shuffled[order.index(i)] for i in range(len(sources))]
+            changed = [i for i in range(len(sources)) if not alone[i] == batched[i] == unshuffled[i]]
+            out[f"beam{beams}"] = round(1 - len(changed) / max(len(sources), 1), 4)
+            out["changed"][f"beam{beams}"] = changed
+        out["share"] = min(v for k, v in out.items() if k.startswith("beam"))
+        return out
+
+    def invariance_examples(
+        self,
+        moving: tuple[str, str | Path],
+        steady: tuple[str, str | Path],
+        changed: list[int],
+        beams: int,
+        limit: int = 5,
+    ) -> list[dict[str, str]]:
+        """Up to `limit` of the `changed` sentences (`invariance`'s indices for the variant `moving`, (name, dir), at
+        `beams`) whose translation alone differs from the one in its batch (the batches `invariance` made), beside
+        the variant `steady`'s translation alone, for a lesson to show."""
+        (name, directory), (steady_name, steady_dir) = moving, steady
+        moved, fixed, size = self._translator(directory), self._translator(steady_dir), self.invariance_batch
+        rows = []
+        for i in changed:
+            start = i - i % size
+            batched = self._generate(moved, self.sources[start : start + size], size, beams)[i - start]
+            alone = self._generate(moved, [self.sources[i]], 1, beams)[0]
+            if alone == batched:
+                continue  # it moved when shuffled only
+            steady_alone = self._generate(fixed, [self.sources[i]], 1, beams)[0]
+            rows.append(
+                {
+                    "English": self.sources[i],
+                    f"{name}, alone": moved.tokenizer.decode(alone),
+                    f"{name}, in a batch of {size}": moved.tokenizer.decode(batched),
+                    f"{steady_name}, any batch": fixed.tokenizer.decode(steady_alone),
+                }
+            )
+            if len(rows) == limit:
+                break
+        return rows
+
+    def invariance_all(self, variant_dirs: Mapping[str, str | Path], workers: int = 0) -> dict[str, dict[str, Any]]:
+        """`invariance` of every variant in `variant_dirs`, `workers` at a time (0: one per usable core). Untimed."""
+        return dict(zip(variant_dirs, per_core(self.invariance, variant_dirs.values(), workers)))
 
     def translate_all(self, variant_dirs: Mapping[str, str | Path], workers: int = 0) -> dict[str, dict[str, Any]]:
         """`translate` of every variant in `variant_dirs` ({name: dir}), `workers` at a time on threads (0: one per
@@ -167,11 +229,21 @@ def compare(
     gate_bleu: float,
     fidelity_min: float,
     baseline: str = "fp32",
+    invariance: dict[str, dict[str, Any]] | None = None,
+    exempt: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Both gates of each variant's `translate` output: quality against the references (scores, paired-bootstrap
+    """The gates of each variant's `translate` output: quality against the references (scores, paired-bootstrap
     deltas to the baseline with CIs and p-values, the gate, and for an inconclusive gate the sentences that would
-    decide it) and fidelity to the baseline's own translations (the share identical with its CI, chrF against
-    them, the fidelity gate at `fidelity_min`)."""
+    decide it), fidelity to the baseline's own translations (the share identical with its CI, chrF against
+    them, the fidelity gate at `fidelity_min`) and, given `invariance` (`VariantBench.invariance` by name), batch
+    invariance with its gate (`not measured` for a variant it lacks), `exempt` naming the variants opted out and
+    why. ValueError for an exemption of a variant that is not among the translations."""
+    unknown = sorted(set(exempt or {}) - set(translations))
+    if unknown:
+        raise ValueError(
+            f"quant.invariance_exempt names {', '.join(unknown)}, which this run does not build: "
+            f"known here: {', '.join(translations)}"
+        )
     base = translations[baseline]["texts"]
     others = {name: t["texts"] for name, t in translations.items() if name != baseline}
     stats = paired_bootstrap(base, others, references)
@@ -200,6 +272,9 @@ def compare(
         )
         entry["fidelity"] = fidelity(t["texts"], base)
         entry["fidelity_gate"] = verdicts.fidelity_gate(entry["fidelity"]["same_as_fp32_ci"], fidelity_min)
+        if invariance is not None:
+            entry["batch_invariance"] = invariance.get(name)
+            entry["invariance_gate"] = verdicts.invariance_gate(invariance.get(name), (exempt or {}).get(name))
         entry["tokens_sha"] = t["tokens_sha"]
         rows[name] = entry
     signature = stats["signature"]
@@ -207,11 +282,11 @@ def compare(
 
 
 def candidates(rows: dict[str, dict[str, Any]], baseline: str = "fp32") -> list[str]:
-    """The variants the recommendation chooses among, the baseline first: deployable, and past both gates. Only
-    they are timed: a variant that fails a gate is never recommended, however fast."""
+    """The variants the recommendation chooses among, the baseline first: deployable, and past every gate
+    (verdicts.passes). Only they are timed: a variant that fails a gate is never recommended, however fast."""
     from mtonnx.variants import registry
 
-    passing = [n for n, r in rows.items() if r["gate"] == r["fidelity_gate"] == "pass"]
+    passing = [n for n, r in rows.items() if verdicts.passes(r)]
     return [
         n for n in dict.fromkeys([baseline, *passing]) if n not in registry.BY_NAME or registry.BY_NAME[n].deployable
     ]
@@ -229,6 +304,8 @@ QUALITY_KEYS = (
     "sentences_needed",
     "fidelity",
     "fidelity_gate",
+    "batch_invariance",
+    "invariance_gate",
     "tokens_sha",
 )
 PEERS = ("pytorch-fp32", "ct2-int8")  # timed beside the variants on the same sentences (measure.peers.contenders)
@@ -242,7 +319,7 @@ def table(
 ) -> dict[str, dict[str, Any]]:
     """One row per variant of `quality` (in its order): what the registry says of it (deployable, lossy), its
     footprint, speed (and, for the peers that were timed, the objective's ratio against them: the peer's workload
-    time / the variant's, paired repetition by repetition, the median), both gates, finite outputs."""
+    time / the variant's, paired repetition by repetition, the median), every gate, finite outputs."""
     from mtonnx.variants import registry
 
     rows = {}
@@ -257,7 +334,7 @@ def table(
         for peer in (p for p in PEERS if p in speed and name in speed):
             paired = paired_ratio(speed[peer]["times_ms_workload"], speed[name]["times_ms_workload"])
             row[f"vs_{peer}"] = (paired or {}).get("median")
-        rows[name] = {**row, **{k: q[k] for k in QUALITY_KEYS}, "finite_outputs": finite[name]}
+        rows[name] = {**row, **{k: q[k] for k in QUALITY_KEYS if k in q}, "finite_outputs": finite[name]}
     return rows
 
 

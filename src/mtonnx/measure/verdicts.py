@@ -12,8 +12,12 @@ variant, and whether a speed target is met.
   at or above the params' minimum, `fail`s when it lies below, and is `inconclusive` otherwise. BLEU against human
   references cannot see a model that says something different for every second sentence when the model's own BLEU
   is low; this gate can.
+- Batch invariance: a variant `pass`es when every measured sentence has the same tokens alone, in batches and
+  shuffled, at every beam count measured (a translation is a function of the sentence, not of its neighbours), and
+  `fail`s otherwise; the params may exempt a variant with a stated reason (`exempt`, shown wherever the gate is);
+  a variant not measured is `not measured` and is not a candidate.
 - Recommendation: a declared objective (the workload's time: the params' batch sizes at their beams, one number per
-  variant and repetition) among the deployable variants that pass both gates; out is every one another is faster
+  variant and repetition) among the deployable variants that pass every gate; out is every one another is faster
   than beyond noise on it; of the rest the smallest on disk, then the first in a fixed order. It depends on a
   timing only where the timing is beyond noise.
 """
@@ -77,6 +81,27 @@ def fidelity_gate(same_ci: list[float], minimum: float) -> str:
     return "inconclusive"
 
 
+def invariance_gate(measured: dict[str, Any] | None, exempt: str | None = None) -> str:
+    """`pass` when `measured["share"]` (VariantBench.invariance) is 1, `exempt: <reason>` when the params opt the
+    variant out, `not measured` without a measurement, else `fail`."""
+    if exempt:
+        return f"exempt: {exempt}"
+    if measured is None:
+        return "not measured"
+    return "pass" if measured["share"] == 1 else "fail"
+
+
+def passes(row: dict[str, Any]) -> bool:
+    """Past every gate: quality and fidelity pass, batch invariance passes or is exempt (a row without the
+    invariance gate, from a run before it existed, is judged on the other two)."""
+    invariant = row.get("invariance_gate", "pass")
+    return (
+        row["gate"] == "pass"
+        and row["fidelity_gate"] == "pass"
+        and (invariant == "pass" or invariant.startswith("exempt"))
+    )
+
+
 def objective_name(batches: list[int], beams: int, weights: list[float]) -> str:
     """The objective as a name: `latency@b1,b8;beams=4`, with the weights when they are not all 1."""
     weighted = "" if all(w == 1 for w in weights) else ";weights=" + ",".join(f"{w:g}" for w in weights)
@@ -89,16 +114,17 @@ def recommend(
     objective: str = "latency",
     baseline: str = "fp32",
 ) -> tuple[str, str]:
-    """(variant, why) by a declared policy. Candidates are the deployable variants that pass both gates (the
-    quality gate against the references and the fidelity gate against fp32's translations). Each has one number
+    """(variant, why) by a declared policy. Candidates are the deployable variants that pass every gate (the
+    quality gate against the references, the fidelity gate against fp32's translations, batch invariance or its
+    stated exemption: `passes`). Each has one number
     per paired repetition, `times_ms_workload` (the objective: the workload's time). Out is every candidate another
     candidate is faster than beyond noise on that number (`faster_beyond_noise`: by `margin` in every paired
     repetition); of the rest, which are within noise of each other, the smallest on disk, then the first in the
     rows' order. The reason names the objective, the gates and the margin."""
     order = list(rows)
-    candidates = [n for n in order if _passes(rows[n]) and rows[n].get("deployable", True)]
+    candidates = [n for n in order if passes(rows[n]) and rows[n].get("deployable", True)]
     if not candidates:
-        return baseline, f"{baseline}: no deployable variant passes both gates, so the baseline stays"
+        return baseline, f"{baseline}: no deployable variant passes every gate, so the baseline stays"
 
     def beats(fast: str, slow: str) -> bool:
         return faster_beyond_noise(rows[fast]["times_ms_workload"], rows[slow]["times_ms_workload"], margin)
@@ -109,9 +135,10 @@ def recommend(
     repetitions = len(row["times_ms_workload"])
     parts = [
         f"{choice}: passes the quality gate (BLEU delta {row['bleu_delta']:+.2f}, 95 % CI "
-        f"[{row['bleu_delta_ci'][0]:+.2f}, {row['bleu_delta_ci'][1]:+.2f}]) and the fidelity gate "
+        f"[{row['bleu_delta_ci'][0]:+.2f}, {row['bleu_delta_ci'][1]:+.2f}]), the fidelity gate "
         f"({row['fidelity']['same_as_fp32']:.0%} of sentences identical to fp32, 95 % CI "
-        f"[{row['fidelity']['same_as_fp32_ci'][0]:.0%}, {row['fidelity']['same_as_fp32_ci'][1]:.0%}])",
+        f"[{row['fidelity']['same_as_fp32_ci'][0]:.0%}, {row['fidelity']['same_as_fp32_ci'][1]:.0%}])"
+        + _invariance_clause(row),
         f"objective {objective}: {row['workload_ms']} ms a workload; no candidate is faster beyond noise "
         f"(at least {margin:.2f}x in every one of {repetitions} paired repetitions)",
     ]
@@ -134,11 +161,20 @@ def recommend(
     return choice, "; ".join(parts)
 
 
-def _passes(row: dict[str, Any]) -> bool:
-    return row["gate"] == "pass" and row["fidelity_gate"] == "pass"
+def _invariance_clause(row: dict[str, Any]) -> str:
+    measured, verdict = row.get("batch_invariance"), row.get("invariance_gate")
+    if verdict is None:
+        return ""
+    if measured is None:
+        return f" and batch invariance ({verdict})"
+    return (
+        f" and batch invariance ({measured['share']:.0%} of {measured['sentences']} sentences identical alone, "
+        f"in batches of {measured['batch']} and shuffled; {verdict})"
+    )
 
 
 def _why_not(row: dict[str, Any]) -> str:
     if not row.get("deployable", True):
         return "not deployable"
-    return f"quality {row['gate']}, fidelity {row['fidelity_gate']}"
+    why = f"quality {row['gate']}, fidelity {row['fidelity_gate']}"
+    return why + (f", batch invariance {row['invariance_gate']}" if "invariance_gate" in row else "")

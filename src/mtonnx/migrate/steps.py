@@ -348,6 +348,8 @@ def _bench(m: Migration):
         repeats=p["quant"]["speed_repeats"],
         warmup=p["bench"]["warmup"],
         workload=workload(p["quant"], p["generation"]),
+        invariance_sentences=p["quant"]["invariance_sentences"],
+        invariance_batch=p["quant"]["invariance_batch"],
     )
 
 
@@ -388,32 +390,59 @@ def variants(m: Migration) -> dict[str, Any]:
 
 
 def gates(m: Migration) -> dict[str, Any]:
-    """Both gates of every built variant; unless --only-fp32, at least one variant besides fp32 must pass both."""
+    """The gates of every built variant; unless --only-fp32, at least one variant besides fp32 must pass them all."""
+    from mtonnx.measure import verdicts
     from mtonnx.measure.variants import compare, write_translations
+    from mtonnx.variants import registry
 
     bench, q = _bench(m), m.params["quant"]
-    translated = bench.translate_all({name: m.out / "variants" / name for name in m.results["variants"]["built"]})
-    quality = compare(translated, bench.references, q["gate_bleu"], q["fidelity_min"])
+    dirs = {name: m.out / "variants" / name for name in m.results["variants"]["built"]}
+    translated = bench.translate_all(dirs)
+    invariance = bench.invariance_all({n: d for n, d in dirs.items() if registry.BY_NAME[n].deployable})
+    quality = compare(
+        translated,
+        bench.references,
+        q["gate_bleu"],
+        q["fidelity_min"],
+        invariance=invariance,
+        exempt=q["invariance_exempt"],
+    )
     write_translations(m.out / "variants", bench.sources, bench.references, translated)
     others = {n: r for n, r in quality["rows"].items() if n != "fp32"}
-    if others and not any(r["gate"] == r["fidelity_gate"] == "pass" for r in others.values()):
+    if others and not any(verdicts.passes(r) for r in others.values()):
         raise MigrationFailed(_nearest(others, q))
     return {"quality": quality}
 
 
 def _nearest(rows: dict[str, dict[str, Any]], quant: dict[str, Any]) -> str:
     """The gate failure of the variant nearest to passing, with its number and the threshold."""
-    name, row = max(rows.items(), key=lambda kv: (kv[1]["gate"] == "pass", kv[1]["fidelity"]["same_as_fp32"]))
+    name, row = max(
+        rows.items(),
+        key=lambda kv: (
+            kv[1]["gate"] == "pass",
+            kv[1]["fidelity_gate"] == "pass",
+            kv[1]["fidelity"]["same_as_fp32"],
+            (kv[1]["batch_invariance"] or {}).get("share", 0),
+        ),
+    )
+    if row["gate"] == row["fidelity_gate"] == "pass":
+        measured = row["batch_invariance"] or {}
+        return (
+            f"gates: no variant besides fp32 passes every gate; the nearest, {name}, is {row['invariance_gate']} on "
+            f"the batch invariance gate: {measured.get('share', 0):.1%} of {measured.get('sentences', 0)} sentences "
+            "with the same tokens alone, batched and shuffled, against 100 % (quant.invariance_exempt opts a "
+            "variant out, with a reason)"
+        )
     if row["gate"] != "pass":
         return (
-            f"gates: no variant besides fp32 passes both gates; the nearest, {name}, is {row['gate']} on the quality "
+            f"gates: no variant besides fp32 passes every gate; the nearest, {name}, is {row['gate']} on the quality "
             "gate: BLEU "
             f"delta {row['bleu_delta']:+.2f}, 95 % CI [{row['bleu_delta_ci'][0]:+.2f}, "
             f"{row['bleu_delta_ci'][1]:+.2f}], against -quant.gate_bleu {-quant['gate_bleu']:g}"
         )
     same, (low, high) = row["fidelity"]["same_as_fp32"], row["fidelity"]["same_as_fp32_ci"]
     return (
-        f"gates: no variant besides fp32 passes both gates; the nearest, {name}, is {row['fidelity_gate']} on the "
+        f"gates: no variant besides fp32 passes every gate; the nearest, {name}, is {row['fidelity_gate']} on the "
         "fidelity gate: "
         f"{same:.1%} of sentences identical to fp32, 95 % CI [{low:.1%}, {high:.1%}], against quant.fidelity_min "
         f"{quant['fidelity_min']:.0%}"

@@ -21,7 +21,7 @@ from mtonnx.passes.graph import consumers_and_producers
 from mtonnx.runtime import layout
 from mtonnx.runtime.tokenizer import load_tokenizer
 
-MATMULS = ("MatMul", "MatMulInteger")
+MATMULS = ("MatMul", "MatMulInteger", "MatMulIntegerToFloat")
 
 
 def target_rows(model_dir: str | Path) -> list[int]:
@@ -82,7 +82,7 @@ class _LmHead:
         inits = {i.name: i for i in graph.initializer}
         bias_name = next((i for i in add.input if i in inits), None)
         node = producers.get(next(i for i in add.input if i != bias_name))
-        while node is not None and node.op_type not in MATMULS:  # MatMulInteger -> Cast -> Mul(scale) -> Add
+        while node is not None and node.op_type not in MATMULS:  # MatMulInteger -> Cast -> Mul(scale) -> Add, or fused
             node = next((producers[i] for i in node.input if i in producers), None)
         if node is None or node.input[1] not in inits:
             raise ValueError("the lm_head weight is not an initializer of a MatMul (untie a tied lm_head first)")
@@ -90,7 +90,7 @@ class _LmHead:
         if len(weight.dims) != 2 or len(consumers.get(weight.name, [])) != 1:
             raise ValueError(f"{weight.name} is not a 2-D weight read by the lm_head alone")
         self.vocab = int(weight.dims[1])
-        if node.op_type == "MatMulInteger" and len(node.input) > 3 and inits.get(node.input[3]) is not None:
+        if node.op_type in MATMULS[1:] and len(node.input) > 3 and inits.get(node.input[3]) is not None:
             if int(np.prod(inits[node.input[3]].dims)) != 1:
                 raise ValueError("a per-channel quantized lm_head (its scales per column: not supported)")
         self.tensors = [weight]

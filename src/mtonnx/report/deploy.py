@@ -3,7 +3,7 @@ and its `model_card.md`, written from the run's own measurements.
 
 `publish` (notebook 06) links the recommended variant's files into deploy/ (hard links: the bytes are stored once;
 a mapped weights file is copied, since the onnx library refuses external data with several links)
-and writes the card: model, recipe, both gates with their CIs, the objective's speed against fp32 and CTranslate2,
+and writes the card: model, recipe, every gate with its evidence, the objective's speed against fp32 and CTranslate2,
 why it was chosen. `stamp` (the runner, once the run is complete) adds the run's fingerprint and git commit, which
 exist only then. `translate`, `serve` and `batch` take `--run outputs/<run>` and load deploy/.
 """
@@ -41,7 +41,7 @@ def facts(
     source_prefix: str = "",
 ) -> dict[str, Any]:
     """What the model card is written from, read off a run's measurements (notebook 06 and `mtonnx migrate` call
-    this with the same numbers): the variant's row, both gates' settings, the objective against fp32 and the peers."""
+    this with the same numbers): the variant's row, every gate's settings, the objective against fp32 and the peers."""
     from mtonnx.measure.timing import paired_ratio
     from mtonnx.variants import registry
 
@@ -102,6 +102,20 @@ def stamp(run_dir: str | Path, fingerprint: str, env: dict[str, Any]) -> None:
     write_sums(path.parent)
 
 
+def invariance_line(row: dict[str, Any]) -> str:
+    """The model card's batch invariance line: the gate, and what was measured (or why not)."""
+    verdict, measured = row.get("invariance_gate", "not measured"), row.get("batch_invariance")
+    if not measured:
+        return f"- Batch invariance: **{verdict}**."
+    beams = ", ".join(
+        f"{'greedy' if k == 'beam1' else k[4:] + ' beams'} {v:.1%}" for k, v in measured.items() if k.startswith("beam")
+    )
+    return (
+        f"- Batch invariance (the same tokens alone, in batches of {measured['batch']} and shuffled, "
+        f"{measured['sentences']} sentences): **{verdict}**; {beams} of the sentences unchanged."
+    )
+
+
 def card(facts: dict[str, Any]) -> str:
     """The model card: every number in it comes from `facts`, the run's own measurements."""
     row, fidelity = facts["row"], facts["row"]["fidelity"]
@@ -125,6 +139,7 @@ def card(facts: dict[str, Any]) -> str:
         f"{fidelity['same_as_fp32']:.1%} identical, 95 % CI [{fidelity['same_as_fp32_ci'][0]:.1%}, "
         f"{fidelity['same_as_fp32_ci'][1]:.1%}], minimum {facts['fidelity_min']:.0%}; chrF against fp32's output "
         f"{fidelity['chrf_vs_fp32']}.",
+        invariance_line(row),
         f"- Evaluation data: {facts['data']}.",
         "",
         "## Speed",

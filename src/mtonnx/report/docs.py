@@ -3,7 +3,7 @@
 Pages hold markers (`<!-- generated: params -->`) that `render` replaces when the site is built (mkdocs' hook,
 docs/hooks.py), so nothing generated is ever typed into a page and nothing can drift:
 - `params`: the params reference, from the schema (mtonnx.params.SCHEMA): every key, its type, default, range, doc;
-- `results`: the reference run's workloads, variant table with both gates, targets against the peers and memory,
+- `results`: the reference run's workloads, variant table with every gate, targets against the peers and memory,
   stamped with the commit, date, CPU, thread count and engine versions of the run that measured them;
 - `pitfalls`: what the reference run reproduced and what doctor found on its exports;
 - `examples`: what the reference model knows, in and out of domain, with its best and worst translations;
@@ -102,7 +102,7 @@ def _stamp(env: dict[str, Any], run: str = "the reference run", packages: tuple[
 
 
 def results(reference: str | Path) -> str:
-    """The reference run's workloads, its variants with both gates, the runtime's targets against its peers at forced
+    """The reference run's workloads, its variants with every gate, the runtime's targets against its peers at forced
     lengths (report.results_page), and memory."""
     from mtonnx.report import results_page
 
@@ -113,8 +113,8 @@ def results(reference: str | Path) -> str:
     out += [f"Objective: `{quant.get('objective')}`. Recommended: **{quant.get('recommended')}**.", ""]
     out += [
         "| variant | MB | objective ms | vs PyTorch fp32 | vs CT2 int8 | BLEU Δ (95 % CI) | quality | identical to "
-        "fp32 (95 % CI) | fidelity |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "fp32 (95 % CI) | fidelity | same in any batch | invariance |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, row in quant.items():
         if not (isinstance(row, dict) and "fidelity" in row):
@@ -126,7 +126,8 @@ def results(reference: str | Path) -> str:
             f"| {name}{star} | {row.get('size_mb')} | {speed} | "
             f"{row['bleu_delta']:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}] | {row['gate']} | "
             f"{f['same_as_fp32']:.1%} [{f['same_as_fp32_ci'][0]:.1%}, {f['same_as_fp32_ci'][1]:.1%}] | "
-            f"{row['fidelity_gate']} |"
+            f"{row['fidelity_gate']} | {_share((row.get('batch_invariance') or {}).get('share'))} | "
+            f"{row.get('invariance_gate', '-')} |"
         )
     out += ["", "The runtime against its peers at forced lengths, held to the targets of the run's params:", ""]
     out.append(results_page.target_table(metrics, env))
@@ -276,7 +277,7 @@ def quickstart(published: str | Path, reference: str | Path) -> str:
             "",
             f"Here migrate's steps took {total:.0f} s ({total / 60:.1f} minutes); it ended with "
             f"`deploy: {QUICKSTART_OUT}/deploy` and deployed **{run['recommended']}**. `mtonnx translate` prints, with "
-            "any variant that passed both gates:",
+            "any variant that passed every gate:",
             "",
             "| English | printed | the reference |",
             "| --- | --- | --- |",
@@ -486,3 +487,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"

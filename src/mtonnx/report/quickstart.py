@@ -6,7 +6,7 @@ Published into docs/QUICKSTART_REFERENCE/QUICKSTART_FILE, small and without a pa
 step's seconds as migrate recorded them (steps/*.json, in the order they finished), the recommended variant, the
 run's env.json, and the example sentences. Those are picked from the run's own evaluation set so that what a reader
 types prints what the quickstart says whichever variant migrate recommends on their machine: sentences every variant
-that passed both gates translated alike, taken as foundation.scores.showcase orders them (the best translations
+that passed every gate translated alike, taken as foundation.scores.showcase orders them (the best translations
 beside the worst: the model's limits in plain sight), kept when the quickstart's own `mtonnx translate` prints them
 alike from the deployed model and from every other such variant.
 """
@@ -27,7 +27,7 @@ WORDS = 8  # the longest example: a line a reader types, that keeps the README s
 
 
 def candidates_of(run_dir: str | Path) -> list[str]:
-    """The variants past both gates that migrate chose its recommendation among (measure.variants.candidates)."""
+    """The variants past every gate that migrate chose its recommendation among (measure.variants.candidates)."""
     from mtonnx.measure.variants import candidates
 
     quant = json.loads((Path(run_dir) / "metrics.json").read_text(encoding="utf-8"))["quant"]
@@ -81,7 +81,7 @@ def examples(run_dir: str | Path, count: int = EXAMPLES) -> list[dict[str, str]]
         if not differ:
             return [{**e, "output": lines[0]} for e, lines in zip(trial, printed, strict=True)]
         pool = [e for e in pool if e not in differ]
-    raise ValueError(f"{run_dir}: fewer than {count} sentences translate alike with every variant past both gates")
+    raise ValueError(f"{run_dir}: fewer than {count} sentences translate alike with every variant past every gate")
 
 
 def publish(run_dir: str | Path, published: str | Path) -> dict[str, Any]:

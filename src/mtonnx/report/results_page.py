@@ -292,7 +292,7 @@ def scale_tables(metrics: dict[str, Any], env: dict[str, Any]) -> str:
             "that engine this one ran (above 1: faster), the median over the repetitions of that engine's time ÷ this "
             "one's, both timed in that session; a time without its min–max: the study records only the median.",
             forced_table(metrics),
-            "The variants that passed both gates, on the objective (per repetition, the sum of its batch sizes' "
+            "The variants that passed every gate, on the objective (per repetition, the sum of its batch sizes' "
             "times). Text in and real lengths: its ratios answer another question than the forced rows', as the "
             "workloads table shows. The run records the peers' ratios on it, not their times, and counts no tokens at "
             "real lengths.",

@@ -149,6 +149,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("quant.*.fidelity.same_as_fp32", QUALITY, "share", HIGHER),
     Metric("quant.*.fidelity.same_as_fp32_ci", QUALITY, "interval"),
     Metric("quant.*.fidelity.chrf_vs_fp32", QUALITY, "chrF", HIGHER),
+    Metric("quant.*.invariance_gate", QUALITY, GATE, HIGHER),
+    Metric("quant.*.batch_invariance", QUALITY),  # null: not measured (not deployable)
+    Metric("quant.*.batch_invariance.share", QUALITY, "share", HIGHER),
+    Metric("quant.*.batch_invariance.beam*", QUALITY, "share", HIGHER),
+    Metric("quant.*.batch_invariance.sentences", QUALITY, "count"),
+    Metric("quant.*.batch_invariance.batch", QUALITY, "count"),
+    Metric("quant.*.batch_invariance.changed.beam*", QUALITY, "sentence indices"),
     Metric("quant.*.tokens_sha", QUALITY, "hash", SAME),
     Metric("quant.*.finite_outputs", QUALITY, "", HIGHER),
     Metric("deploy.*", IDENTITY),

@@ -2,8 +2,9 @@
 
 A recipe is built from the fp32 export (`transform`, applied to each file of the split layout) or from another
 recipe's directory (`derive`, with `base` naming it):
-- the plain recipes: fp32, ORT's optimizer, dynamic int8 (naive, fixed, per channel, with embeddings), static int8,
-  fp16, MatMulNBits at 8 and 4 bits;
+- the plain recipes: fp32, ORT's optimizer, dynamic int8 (naive, fixed, per channel, with embeddings, and
+  int8-rows: one activation scale per row, so that no sentence's tokens depend on its batch), static int8, fp16,
+  MatMulNBits at 8 and 4 bits;
 - the tuned forms compose the tuned step onto a quantization recipe ("int8, then the tuned step", `tuned`): key
   transposes folded before quantizing, the cross K/V file, the tuned and in-place steps, the weights in one mapped
   file and the search head (variants.tuned explains each step);
@@ -77,12 +78,15 @@ def tuned(recipe: Recipe) -> Recipe:
         inner = recipe.transform(inputs)
         return transforms.with_tuned_step(transforms.with_cross_kv(transforms.folded(inner)))
 
+    def finish(directory: Path) -> dict[str, Any]:
+        return {**(recipe.finalize(directory) if recipe.finalize else {}), **finalize(directory)}
+
     return replace(
         recipe,
         name=f"{recipe.name}-tuned",
         about=f"{recipe.about}; then the tuned step (in-place decoding step, one mapped weights file, search head)",
         transform=transform,
-        finalize=finalize,
+        finalize=finish,
         settings={**recipe.settings, "tuned": True},
     )
 
@@ -120,6 +124,13 @@ def group_probe(group: str) -> Recipe:
 FP32 = Recipe("fp32", "the export itself: the baseline", lambda i: transforms.copy_fp32)
 INT8 = Recipe("int8", "dynamic int8 of the MatMuls, lm_head untied first", lambda i: transforms.dynamic_int8())
 INT8_TUNED = tuned(INT8)
+INT8_ROWS = Recipe(
+    "int8-rows",
+    "as int8, the activations quantized one row at a time (symmetric), so no row's scale depends on its batch",
+    lambda i: transforms.dynamic_int8(row_scales=True),
+    finalize=transforms.fused_row_scales,
+)
+INT8_ROWS_TUNED = tuned(INT8_ROWS)
 RECIPES: tuple[Recipe, ...] = (
     FP32,
     Recipe(
@@ -176,14 +187,19 @@ RECIPES: tuple[Recipe, ...] = (
         for bits in (8, 4)
         for block in (32, 128)
     ),
+    INT8_ROWS,
     tuned(FP32),
     INT8_TUNED,
-    Recipe(
-        f"{INT8_TUNED.name}-target-vocab",
-        "int8-tuned with the lm_head cut to the rows the target side can emit",
-        derive=_restricted,
-        base=INT8_TUNED.name,
-        lossy="beam search normalizes over the kept rows only",
+    INT8_ROWS_TUNED,
+    *(
+        Recipe(
+            f"{base.name}-target-vocab",
+            f"{base.name} with the lm_head cut to the rows the target side can emit",
+            derive=_restricted,
+            base=base.name,
+            lossy="beam search normalizes over the kept rows only",
+        )
+        for base in (INT8_TUNED, INT8_ROWS_TUNED)
     ),
     Recipe(
         f"{INT8_TUNED.name}-shortlist",

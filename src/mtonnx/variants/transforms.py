@@ -5,7 +5,9 @@
 - `naive_int8`: `quantize_dynamic(model, out, weight_type=QInt8)` and nothing else, the call tutorials show;
 - `dynamic_int8`: the recipe that works on Marian: the tied lm_head untied first (passes.lm_head) so its MatMul
   becomes integer, only MatMuls quantized (embeddings and the sinusoidal position table stay fp32), per tensor
-  or per channel, optionally only some sensitivity groups (variants.sensitivity);
+  or per channel, optionally only some sensitivity groups (variants.sensitivity), optionally with one activation
+  scale per row (passes.row_scales, finished by `fused_row_scales`) so that no sentence's tokens depend on its
+  batch;
 - `blockwise`: ONNX Runtime's MatMulNBits (8 or 4 bits, per block of weights, accuracy_level 4), at 4 bits the
   embedding as GatherBlockQuantized;
 - `fp16`: float16 weights with fp32 inputs/outputs (keep_io_types);
@@ -30,6 +32,7 @@ from mtonnx.passes.graph import node_scope
 from mtonnx.passes.inplace_attention import inplace_step
 from mtonnx.passes.key_transposes import fold_key_transposes
 from mtonnx.passes.lm_head import untie_lm_head
+from mtonnx.passes.row_scales import fuse_row_scaled, per_row_activations
 from mtonnx.passes.tuned_step import tuned_step
 from mtonnx.runtime import layout
 
@@ -66,9 +69,11 @@ def dynamic_int8(
     op_types: tuple[str, ...] = ("MatMul",),
     groups: tuple[str, ...] | None = None,
     subgraphs: bool = False,
+    row_scales: bool = False,
 ) -> Transform:
     """A dynamic-quantization transform: optionally untie the lm_head, quantize `op_types` (all nodes, or
-    only those of the given sensitivity `groups`), per tensor or per channel."""
+    only those of the given sensitivity `groups`), per tensor or per channel; with `row_scales`, the activations
+    quantized one row at a time (passes.row_scales; `fused_row_scales` finishes the directory)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     def transform(src: Path, dst: Path) -> dict[str, Any]:
@@ -92,17 +97,36 @@ def dynamic_int8(
                 nodes_to_quantize=nodes,
                 extra_options={"EnableSubgraph": subgraphs},
             )
+            if row_scales:
+                quantized = onnx.load(str(out))
+                details["row_scaled_inputs"] = per_row_activations(quantized)
+                onnx.save(quantized, str(out))
             return {}
 
+        details: dict[str, Any] = {}
         staged_model(model, src.name, quantize, dst)
         integer = sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in onnx.load(str(dst)).graph.node)
         return {
             "untied": untied,
             "quantized_nodes": len(nodes) if nodes is not None else None,
             "integer_matmuls": integer,
+            **details,
         }
 
     return transform
+
+
+def fused_row_scales(directory: Path) -> dict[str, Any]:
+    """Every ONNX file of a staged directory with its per-row scaled products fused (passes.row_scales), once
+    the per-file transforms and the passes that read the standard form have run."""
+    fused = {}
+    for path in sorted(Path(directory).glob("*.onnx")):
+        model = onnx.load(str(path))
+        count = fuse_row_scaled(model)
+        if count:
+            onnx.save(model, str(path))
+            fused[path.name] = count
+    return {"fused_row_scaled": fused}
 
 
 def blockwise(bits: int, block_size: int) -> Transform:
