@@ -90,7 +90,7 @@ def test_translate_serve_and_batch_load_a_runs_deploy_directory(run_dir, tmp_pat
         done = run_cli(*command, "--run", str(tmp_path))  # a directory that is not a run: no deploy/
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert done.returncode == 2 and len(lines) == 1, done.stderr
-        assert "the run has no deploy/ directory; notebook 06 writes it" in lines[0], lines[0]
+        assert "the run has no deploy/ directory; the quantization notebook writes it" in lines[0], lines[0]
 
 
 def test_doctor_passes_on_deploy_and_finds_the_source_model_through_the_manifests(run_dir, tiny_dir):

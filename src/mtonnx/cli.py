@@ -1,7 +1,7 @@
 """The `mtonnx` command line.
 
 - `run`: execute the notebook pipeline for a params file. Heavy libraries (torch, papermill) are
-  imported only after the params file validated, so a bad params file is reported in well under 2 s.
+  imported only after the params file validated, so a bad params file is reported before they load.
 - `translate`: translate English text with an exported model, torch-free (the deployed runtime).
 - `bench`: the peer benchmark for a params file (results JSON in the run dir).
 - `doctor`: check an export against its source model (table or JSON; exit 1 on any failure).

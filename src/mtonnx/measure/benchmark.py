@@ -24,7 +24,6 @@ from mtonnx.runtime.output_rows import OutputRows
 from mtonnx.sources import train
 from mtonnx.variants.shortlist import learn_shortlist, vmap_text
 
-RESTRICTED = "int8-tuned-target-vocab"  # int8-tuned with the target side's output rows only (variants.registry)
 SHORTLISTED = "int8-tuned-shortlist"  # int8-tuned decoding over a lexical shortlist per batch (variants.registry)
 HEADLINE_TOKENS = 32  # the output length the headline ratios are read at (the shortest one when not measured)
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-GATES = ("pass", "fail", "inconclusive")
 SPEED_MARGIN = 1.1  # faster means at least 10 % faster, in every paired repetition
 MIN_REPEATS = 5  # fewer paired repetitions never make a speed difference
 

@@ -6,11 +6,11 @@ value cache per layer per step: at batch 8 x beam 4 on hsk-enzh, Concat is a fif
 GroupQueryAttention (com.microsoft, kv_num_heads = num_heads) appends the new key and value into the buffers at
 position `total_sequence_length - 1` when past and present are the same memory, and attends over the filled prefix.
 Its q, k and v come packed from one projection (`packed_qkv`, bit for bit the three), and each layer's
-cross-attention is one MultiHeadAttention node over the sentence's own K/V (`fused_cross_attention`): at hsk-enzh
-scale a step is mostly per-node overhead, and these take it from 119 nodes to 71.
+cross-attention is one MultiHeadAttention node over the sentence's own K/V (`fused_cross_attention`): at a small
+model's scale a step is mostly per-node overhead, and these take out about two nodes in five.
 The arithmetic is ORT's attention kernels instead of the exported MatMul / Softmax / MatMul (scores, softmax and the
 weighted sum in another summation order): logits move by float32 rounding, so tokens can move and the variant
-goes through the measured comparison (notebook 09) instead of the tuned step's bit-for-bit check.
+goes through the measured comparison (the tuning ablation) instead of the tuned step's bit-for-bit check.
 Hand-written because no library pass targets torch.export graphs: onnxruntime.transformers' fusions match
 TorchScript exports.
 """

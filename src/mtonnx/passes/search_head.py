@@ -3,9 +3,9 @@ of them, so the host never passes over the vocabulary.
 
 Beam search needs, per row, the log-softmax and of it only the few largest entries: a sentence's best 2 x beams
 continuations lie among its rows' best 2 x beams (a continuation's score is its log-probability plus its beam's
-score). In numpy that is several passes over rows x vocabulary floats per step and dozens of calls (exp alone:
-0.26 ms for 32 x 4,498); ORT's LogSoftmax (MLAS: (logit - max) - log(sum(exp)), the order numpy follows here) and
-TopK do it in C++ in one more session.run. `top_k` says how many per row: the runtime asks for 2 x beams plus the
+score). In numpy that is several passes over rows x vocabulary floats per step and dozens of calls; ORT's
+LogSoftmax (MLAS: (logit - max) - log(sum(exp)), the order numpy follows here) and TopK do it in C++ in one more
+session.run. `top_k` says how many per row: the runtime asks for 2 x beams plus the
 tokens the processors ban at that step, which it drops itself. A file of its own, not outputs of the step graph:
 ORT runs every node of a graph whether its output is fetched or not, and greedy decoding needs only the logits.
 Hand-written because no library ships this piece (ORT's BeamSearch op replaces the whole loop: passes.search_graph).

@@ -9,16 +9,15 @@ direction the schema declares for it:
   quantization timing), a change counts when it holds relative to them (each repetition divided by the median of
   the group's same repetition, which ran a second apart) in at least SUPERIORITY of all pairs of A's and B's
   repetitions, by `speed_margin`, and the medians in ms moved the same way by `speed_margin`. A machine busy for a
-  moment slows a whole repetition (every engine 2x in one CI run): that cancels out of the relative repetitions,
-  so it is not a regression, and it does not hide one either (one repetition 1.8x faster for every variant made
-  a 3x slower timing read "within noise" when B's fastest had to beat A's slowest in ms). Timings without such a
-  group are judged on the pairs in ms alone. Otherwise a change is "within noise"; single timings are listed,
-  never judged. A peer engine's timing (the bench's PyTorch, optimum and CTranslate2) is judged alike but reads
-  "peer slower" / "peer faster", never a regression: it measures the machine and the peer, not this project (two
-  CI runs of one commit timed CTranslate2 fp32 1.6x apart against the engines beside it);
+  moment slows a whole repetition of every engine: that cancels out of the relative repetitions, so it is not a
+  regression, and it does not hide one either (requiring B's fastest to beat A's slowest in ms would let one
+  lucky repetition hide a real slowdown). Timings without such a group are judged on the pairs in ms alone.
+  Otherwise a change is "within noise"; single timings are listed, never judged. A peer engine's timing (the
+  bench's PyTorch, optimum and CTranslate2) is judged alike but reads "peer slower" / "peer faster", never a
+  regression: it measures the machine and the peer, not this project;
 - size and memory: beyond `size_threshold` (relative), against its direction, is a regression; a memory reading
-  (RSS) must also move by MEMORY_FLOOR_MB: a fresh process's RSS varies by a few tenths of a MB, a relative
-  threshold on a 0.8 MB part of it read 0.8 -> 0.9 MB as a regression when two CI runs of one commit were compared;
+  (RSS) must also move by MEMORY_FLOOR_MB, since a fresh process's RSS varies by a few tenths of a MB and a
+  relative threshold alone would call that noise a regression on a small reading;
 - identity (names, settings, counts) and keys the schema does not declare (an older run's) are listed as changed.
 Plus the params and environment differences, the translations that changed per variant, and whether the two
 run fingerprints are equal. Reads JSON only: no notebook runs and torch is never imported.
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from mtonnx.params import SCHEMA
 from mtonnx.report import schema
 from mtonnx.report.record import flatten
 from mtonnx.runtime import layout
@@ -59,8 +59,8 @@ class CompareError(ValueError):
 class Thresholds:
     """When a change counts: speed beyond the spread by `speed_margin`, size/memory beyond `size_threshold`."""
 
-    speed_margin: float = 1.5
-    size_threshold: float = 0.1
+    speed_margin: float = SCHEMA["compare"]["speed_margin"].default
+    size_threshold: float = SCHEMA["compare"]["size_threshold"].default
 
 
 def load_run(run_dir: str | Path) -> dict[str, Any]:

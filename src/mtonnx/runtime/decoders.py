@@ -83,7 +83,7 @@ class CachedDecoder:
 
         The encoder's work grows with every position, padding included, while batching more rows into it buys
         little (a long sentence is already many rows of its matrix products), so a batch of mixed lengths costs
-        far less in groups (notebook 09's encoder-groups study measures it). The decoder keeps the whole batch,
+        far less in groups (the encoder-groups study measures it). The decoder keeps the whole batch,
         where batching pays. Every layout
         encodes this way, so the same batch gives the same tokens on each (dynamic int8 scales each tensor by its
         range: which rows share an encoder run can move its last bits)."""

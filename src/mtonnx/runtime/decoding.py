@@ -11,7 +11,7 @@ Ours because it is the lesson. The rules are transformers 4.57's, so outputs are
   when no running beam can beat the worst finished one (early_stopping False) or all are finished (True).
 Everything is vectorized over batch x beams x vocabulary: no Python loop over beams or tokens. Beam search
 scores in full only the continuations that can reach the top 2*beams (`_candidates`: exact, the same
-indices and float32 scores as scoring every continuation; notebook 09's ablation measures what it saves).
+indices and float32 scores as scoring every continuation; the tuning ablation measures what it saves).
 Sentences that are done (greedy: eos; beam search: no running beam can change the finished set) leave the batch
 once they are RETIRE_SHARE of its rows (`retire_finished`): `generate` keeps computing them to the end of the
 batch's longest sentence, though their output can no longer change. The run drops their rows (`Run.reorder`

@@ -76,7 +76,7 @@ class Family:
     rescale_tied_head: bool  # a tied lm_head reads the decoder output times d_model**-0.5
     source_prefix: str = ""  # text the source needs in front (T5's task prefix); language codes are tokens instead
     # What a published checkpoint expects in front of a source, and its name: opus-mt-en-zh's target-language token,
-    # T5's task prefix (None where the tokenizer puts its language token itself); notebook 08 leaves it out.
+    # T5's task prefix (None where the tokenizer puts its language token itself); the family lesson leaves it out.
     expected_prefix: tuple[str, str] | None = None
     pitfalls: tuple[str, ...] = ()  # the family's own pitfalls (check.pitfalls reproduces them)
 

@@ -146,5 +146,5 @@ class InPlaceRun(CachedRun):
 
 def _buffer(shape: tuple[int, ...]) -> np.ndarray:
     """Cache memory, uninitialised: GroupQueryAttention reads only the filled positions (tested with NaN-filled
-    buffers), and zeroing them cost 34 of 520 ms translating 128 hsk-enzh sentences in batches of 32 at beam 4."""
+    buffers), so zeroing them would be time spent on values nothing reads."""
     return np.empty(shape, np.float32)

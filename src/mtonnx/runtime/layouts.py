@@ -8,10 +8,10 @@ nothing else branches on a layout's name. The last file of an entry is the one w
 - `split`: encoder, first step, step with past: every export and variant has it, and fp32 is token-exact with
   PyTorch on it;
 - `merged`: optimum's merged decoder, both steps behind one If node;
-- `tuned`, `lean`: the steps on the way to `inplace` (notebook 09's ablation); kept for that lesson, not offered to
+- `tuned`, `lean`: the steps on the way to `inplace` (the tuning ablation); kept for that lesson, not offered to
   users;
-- `no-cache`: the whole prefix re-run every step, the quadratic baseline tutorials stop at (the lesson of
-  notebook 05).
+- `no-cache`: the whole prefix re-run every step, the quadratic baseline tutorials stop at (a lesson of its
+  own).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`SearchGraph`: translate with the search inside the graph (mtonnx.passes.search_graph's BeamSearch model), one
 `session.run` per batch instead of one per step. Torch-free, as the rest of the runtime.
 
-Not `generate`'s rules in two places (notebook 10 counts the eval sentences where they change the tokens):
+Not `generate`'s rules in two places (the lab counts the eval sentences where they change the tokens):
 - ORT's beam scorer is its own (BeamHypotheses): a few beam-search translations pick another hypothesis;
 - the op has no greedy for encoder-decoders (GreedySearch takes GPT-2 only): one beam is ORT's beam search of
   width 1, not greedy (an eos does not end the search, and its scorer may prefer a longer ending);

@@ -2,7 +2,7 @@
 family (MarianTokenizer, M2M100Tokenizer, NllbTokenizer, T5Tokenizer).
 
 Written by hand so the runtime needs neither torch nor transformers: importing transformers costs seconds and
-hundreds of MB (notebook 05 measures both). What every one of them does, as transformers' PreTrainedTokenizer does
+hundreds of MB. What every one of them does, as transformers' PreTrainedTokenizer does
 it: special tokens in the text are kept whole (the longest first; a token that strips the spaces beside it does),
 the rest of the text goes through a sentencepiece model, the pieces become ids, the convention's prefix (a
 source-language token) and suffix (eos) are added; decoding drops the special ids and joins the pieces. What

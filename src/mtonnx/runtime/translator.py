@@ -1,6 +1,6 @@
 """`Translator`: load an export directory and translate English to Chinese with ONNX Runtime only.
 
-Accepts the hand export (notebook 02), optimum's split files, optimum's merged decoder, or a tuned variant's
+Accepts the hand export (mtonnx.export.manual), optimum's split files, optimum's merged decoder, or a tuned variant's
 in-place, tuned or lean files (mtonnx.variants.tuned; preferred when present): the layouts of `runtime.layout`.
 Generation defaults come from the directory's generation_config.json, as with `generate`. A restricted variant
 (layout.OUTPUT_ROWS) decodes over its logits columns and returns vocab.json ids (runtime.output_rows); a
@@ -328,7 +328,7 @@ def model_dir_of(model_dir: str | Path | None, run: str | Path | None) -> Path:
         raise ModelDirError(f"--run {run}: no such run directory (mtonnx run --params ... writes outputs/<name>)")
     if not deploy.is_dir():
         raise ModelDirError(
-            f"--run {run}: the run has no {layout.DEPLOY}/ directory; notebook 06 writes it "
+            f"--run {run}: the run has no {layout.DEPLOY}/ directory; the quantization notebook writes it "
             f"(mtonnx run --params PARAMS --out {run} --only 06)"
         )
     return deploy

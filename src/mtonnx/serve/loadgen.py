@@ -1,13 +1,13 @@
-"""The load generator of `mtonnx serve-bench` and notebook 11: N concurrent clients for a fixed time.
+"""The load generator of `mtonnx serve-bench` and the serving lesson: N concurrent clients for a fixed time.
 
 Each client sends one request at a time over its own keep-alive connection (asyncio + httpx) and starts no new
 one after `seconds`; the run stops by itself. Throughput counts translated sentences over the run's wall time;
 latency percentiles are over the requests answered 200; every other answer or connection error counts as an
 error. One httpx client per simulated client, all built before the clock starts and sharing one SSL context:
 a single client's connection pool scans every connection for every waiting request (quadratic in the
-concurrency), and at 64 clients it measured itself (136 requests/s where the service answered 2,900 to a plain
-socket client); each client's construction loads the CA bundle (~25 ms). The generator shares the machine with
-the service, so on few cores it takes some of the service's CPU (~1 ms per request).
+concurrency), so at high concurrency it would measure itself rather than the service; each client's construction
+loads the CA bundle, which is why they are built first. The generator shares the machine with the service, so on
+few cores it takes some of the service's CPU.
 """
 
 from __future__ import annotations
