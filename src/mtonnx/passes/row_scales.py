@@ -7,7 +7,9 @@ row's integers depend on that row alone, the integer product is exact, and what 
 logits are the same in any batch. CTranslate2 quantizes its activations the same way (symmetric, one scale per
 row, shifted by 128 into uint8 for the u8s8 kernels).
 
-Two steps:
+Written by hand because onnxruntime's quantizers offer one activation scale per tensor only (quantize_dynamic) or
+a calibrated constant (quantize_static), and MatMulInteger's CPU kernel takes one zero point per tensor: per-row
+scales have to be built from standard ops around it. Two steps:
 1. `per_row_activations`, in standard ONNX ops, keeping dynamic int8's three outputs and their roles, so the
    MatMulInteger, Cast and scale Muls after it (and the passes that read that form) are unchanged:
        range   = ReduceMax(|x|, last axis)                    [..., 1]
