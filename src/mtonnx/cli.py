@@ -324,17 +324,16 @@ def _output_problem(output: str | None, source: str | None) -> str | None:
 
 
 def _write_stdout(text: str, what: str = "the translation", instead: str = "an output file with -o FILE") -> str | None:
-    """Write `what` to stdout; why it could not be written (a closed stdout, a full disk), naming what and where to
-    write it `instead`, or None. After a failed write stdout points at /dev/null, so the interpreter's own flush at
-    exit cannot fail again."""
+    """Write `what` to stdout (`_Stdout`); why it could not be written (a closed stdout, a full disk), naming what
+    and where to write it `instead`, or None."""
     if sys.stdout is None:
         return f"stdout is closed: give {instead}"
+    out = _Stdout(what, instead)
     try:
-        sys.stdout.buffer.write(text.encode("utf-8"))
-        sys.stdout.buffer.flush()
-    except OSError as err:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return f"cannot write {what} to stdout ({err.strerror or err}): give {instead}"
+        out.write(text.encode("utf-8"))
+        out.flush()
+    except _StdoutError as err:
+        return str(err)
     return None
 
 
@@ -440,8 +439,12 @@ class _StdoutError(OSError):
 
 
 class _Stdout:
-    """stdout's bytes for a streamed translation: a failed write (a closed pipe, a full disk) is one _StdoutError
-    naming -o as the way out, and stdout then points at /dev/null so the interpreter's own flush cannot fail again."""
+    """stdout's bytes: a failed write (a closed pipe, a full disk) is one _StdoutError naming `what` was written and
+    where to write it `instead`, and stdout then points at /dev/null so the interpreter's own flush at exit cannot
+    fail again."""
+
+    def __init__(self, what: str = "the translation", instead: str = "an output file with -o FILE"):
+        self.what, self.instead = what, instead
 
     def write(self, data: bytes) -> None:
         try:
@@ -455,12 +458,9 @@ class _Stdout:
         except OSError as err:
             self._failed(err)
 
-    @staticmethod
-    def _failed(err: OSError) -> None:
+    def _failed(self, err: OSError) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise _StdoutError(
-            f"cannot write the translation to stdout ({err.strerror or err}): give an output file with -o FILE"
-        ) from None
+        raise _StdoutError(f"cannot write {self.what} to stdout ({err.strerror or err}): give {self.instead}") from None
 
 
 def _compare(args: argparse.Namespace) -> int:

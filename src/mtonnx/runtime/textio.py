@@ -33,8 +33,8 @@ def opened(path: str | Path | None) -> Iterator[tuple[BinaryIO, str, int | None]
         yield sys.stdin.buffer, "stdin", None
         return
     with open(path, "rb") as stream:
-        size = os.fstat(stream.fileno()).st_size
-        yield stream, str(path), size if stat.S_ISREG(os.fstat(stream.fileno()).st_mode) else None
+        info = os.fstat(stream.fileno())
+        yield stream, str(path), info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 def line_chunks(stream: BinaryIO, name: str, errors: str = "strict", size: int = 1024) -> Iterator[list[str]]:
