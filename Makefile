@@ -54,16 +54,16 @@ docs: $(STAMP)
 # docs/reference-quickstart/ and written into README.md.
 docs-refresh: $(STAMP)
 	$(PYTHON) -m mtonnx run --params params/default.yaml
-	$(PYTHON) -m mtonnx.report.docs refresh outputs/default docs/reference
+	$(PYTHON) -m mtonnx.lab.docs refresh outputs/default docs/reference
 	rm -rf outputs/quickstart
 	$(PYTHON) -m mtonnx migrate --model models/hsk-enzh --out outputs/quickstart
-	$(PYTHON) -m mtonnx.report.quickstart outputs/quickstart docs README.md
+	$(PYTHON) -m mtonnx.lab.quickstart outputs/quickstart docs README.md
 
 # The whole lab at the real model's scale (params/opus-shape.yaml), each notebook's time published into docs/ and
 # written into README.md.
 scale-refresh: $(STAMP)
 	$(PYTHON) -m mtonnx run --params params/opus-shape.yaml
-	$(PYTHON) -m mtonnx.report.docs timings outputs/opus-shape docs README.md
+	$(PYTHON) -m mtonnx.lab.docs timings outputs/opus-shape docs README.md
 
 clean:
 	find outputs -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

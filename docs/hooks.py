@@ -1,5 +1,5 @@
 """mkdocs hooks (mkdocs.yml: hooks): the lab's notebooks in the navigation, every page's generated blocks and the
-footer's data attribution, all from mtonnx.report.docs and the reference run in docs/reference/."""
+footer's data attribution, all from mtonnx.lab.docs and the reference run in docs/reference/."""
 
 import posixpath
 import shutil
@@ -8,7 +8,7 @@ from pathlib import Path
 from mkdocs.exceptions import PluginError
 
 from mtonnx.data import HSK_CREDIT
-from mtonnx.report import docs
+from mtonnx.lab import docs
 
 REFERENCE = "reference"
 

@@ -16,10 +16,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import tuned_variants
 from mtonnx import data
+from mtonnx.deploy import invariance_line
 from mtonnx.measure import verdicts
 from mtonnx.measure.variants import VariantBench, compare
 from mtonnx.passes.row_scales import fuse_row_scaled, per_row_activations
-from mtonnx.report.deploy import invariance_line
 
 K, N = 64, 24
 

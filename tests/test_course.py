@@ -12,7 +12,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from conftest import REPO
-from mtonnx.report import prerequisites, prose
+from mtonnx.lab import prerequisites
+from mtonnx.report import prose
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MAX_WORDS = 900  # of markdown per notebook: what teaches (why, what to look at, what it means), no changelog

@@ -9,8 +9,9 @@ import os
 import pytest
 
 from conftest import run_cli
+from mtonnx import deploy
 from mtonnx.check.doctor import diagnose
-from mtonnx.report import deploy, footprint
+from mtonnx.lab import footprint
 from mtonnx.runtime import Translator, layout
 from mtonnx.variants import registry
 

@@ -17,7 +17,8 @@ import pytest
 
 from conftest import REPO, needs_browser
 from mtonnx import params as params_module
-from mtonnx.report import docs, prose
+from mtonnx.lab import docs
+from mtonnx.report import prose
 
 DOCS = REPO / "docs"
 REFERENCE = DOCS / "reference"
@@ -408,7 +409,7 @@ def test_without_a_reference_run_the_build_says_how_to_publish_one(tmp_path):
 
 @pytest.mark.parametrize("page", ["index.html", "reference/notebooks/08_pitfalls.html", "results.html"])
 def test_a_page_draws_its_chinese_in_a_cjk_font_with_no_broken_image_or_link(built, page):
-    from mtonnx.report.browser import inspect_page
+    from mtonnx.lab.browser import inspect_page
 
     needs_browser()
     seen = inspect_page(built / page, ids=())
@@ -418,7 +419,7 @@ def test_a_page_draws_its_chinese_in_a_cjk_font_with_no_broken_image_or_link(bui
 
 
 def test_the_browser_check_finds_a_broken_image_and_a_missing_page(built, tmp_path):
-    from mtonnx.report.browser import inspect_page
+    from mtonnx.lab.browser import inspect_page
 
     needs_browser()
     site = tmp_path / "site"
@@ -431,7 +432,7 @@ def test_the_browser_check_finds_a_broken_image_and_a_missing_page(built, tmp_pa
 
 
 def test_the_font_check_sees_chinese_drawn_without_a_cjk_font(built, tmp_path, monkeypatch):
-    from mtonnx.report.browser import inspect_page
+    from mtonnx.lab.browser import inspect_page
 
     needs_browser()
     if shutil.which("fc-list") is None:

@@ -255,7 +255,7 @@ def test_compare_refuses_a_missing_directory_in_one_line(ci_run, tmp_path):
 
 
 def test_the_report_and_a_compare_page_in_a_real_browser(ci_run, ci_run_again, tmp_path):
-    from mtonnx.report.browser import inspect_page
+    from mtonnx.lab.browser import inspect_page
 
     needs_browser()
     out, _ = ci_run
@@ -266,3 +266,39 @@ def test_the_report_and_a_compare_page_in_a_real_browser(ci_run, ci_run_again, t
     assert compare_cmd(ci_run[0], ci_run_again[0], "--format", "html", "--out", str(tmp_path)).returncode == 0
     page = inspect_page(tmp_path / "compare.html", ids=("verdict", "summary"))
     assert page["broken_images"] == [] and page["first_screen"] == {"verdict": True, "summary": True}
+
+
+def test_migrate_and_the_lab_give_the_same_variants_and_recommendation(ci_run, models_dir, tmp_path):
+    """`mtonnx migrate` and `mtonnx run` on the same model and params run one pipeline (pipeline.stages): the same
+    variants with the same sizes, gates, fidelity and invariance, the same candidates timed with the same session
+    settings on the same objective, and the same recommendation."""
+    out = tmp_path / "migrated"
+    done = run_cli(
+        "migrate",
+        "--model",
+        "tiny",
+        "--out",
+        str(out),
+        "--params",
+        "params/ci.yaml",
+        env=cli_env(models_dir),
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lab, migrated = (json.loads((run / "metrics.json").read_text())["quant"] for run in (ci_run[0], out))
+    same = ("size_mb", "deployable", "lossy", "bleu", "bleu_delta", "gate", "fidelity", "fidelity_gate")
+    same += ("batch_invariance", "invariance_gate", "tokens_sha", "finite_outputs")
+    variants = [name for name, row in lab.items() if isinstance(row, dict) and "gate" in row]
+    assert variants == [name for name, row in migrated.items() if isinstance(row, dict) and "gate" in row]
+    assert "int8-mixed" in variants and len(variants) > 5
+    differ = {
+        (v, k): (lab[v].get(k), migrated[v].get(k))
+        for v in variants
+        for k in same
+        if lab[v].get(k) != migrated[v].get(k)
+    }
+    assert differ == {}
+    for key in ("candidates", "session", "objective", "groups", "sentences", "recommended"):
+        assert lab[key] == migrated[key], key
+    assert sorted(lab["peers"]) == sorted(migrated["peers"]) and set(lab["candidates"]) < set(variants)
+    assert all("times_ms_workload" in lab[v] and "times_ms_workload" in migrated[v] for v in lab["candidates"])

@@ -146,8 +146,8 @@ def test_a_lesson_run_in_jupyterlab_shows_an_image_in_every_figure_cell(tmp_path
 
 
 def test_an_example_table_shows_right_next_to_wrong_with_the_reference_and_chrf():
-    from mtonnx.foundation.scores import showcase
     from mtonnx.report.baseline import example_table, showcase_rows
+    from mtonnx.scores import showcase
 
     items = [
         {"en": f"s{i}", "zh": zh, "beam": beam}

@@ -17,9 +17,9 @@ import pytest
 from anyio.from_thread import start_blocking_portal
 
 from conftest import tuned_variants
+from mtonnx import deploy
 from mtonnx.check import doctor
 from mtonnx.cli import main
-from mtonnx.report import deploy
 from mtonnx.runtime import EmptyTranslationError, ModelDirError, Translator, integrity, layout
 from mtonnx.scale import shards
 from mtonnx.scale.jobs import translate_files

@@ -15,9 +15,8 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import REPO, cli_env, mtonnx_cmd
-from mtonnx import report
-from mtonnx.foundation import envinfo
-from mtonnx.report import deploy, kernel
+from mtonnx import deploy, report
+from mtonnx.lab import environment, kernel
 from test_deploy import facts
 
 DOCS_SUFFIXES = (".md", ".json", ".ipynb", ".html", ".yml", ".yaml")
@@ -84,12 +83,12 @@ def test_env_json_names_the_params_file_and_a_local_model_relative_to_the_projec
         "_root": str(root),
         "_hash": "h",
     }
-    env = envinfo.collect(params)
+    env = environment.collect(params)
     assert env["params_file"] == "params/p.yaml" and env["params"]["model"]["path"] == "../models/opus"
     assert params["model"]["path"] == str(elsewhere)  # the params themselves keep the path that works
     assert absolute_paths(json.dumps(env), machine_dirs(tmp_path)) == []
     assert env["cpu"]["logical_cores"] and env["packages"]["onnxruntime"]  # the machine's facts stay
-    assert envinfo.collect({"_root": str(root), "_file": None})["params_file"] is None
+    assert environment.collect({"_root": str(root), "_file": None})["params_file"] is None
 
 
 def test_the_model_card_names_its_run_from_the_project_root(tmp_path):
@@ -116,8 +115,8 @@ def test_a_run_gives_its_notebooks_paths_relative_to_the_run_dir_and_they_work(t
     cells = [
         new_code_cell('params_path = ""\nrun_dir = ""\nmodels_dir = ""', metadata={"tags": ["parameters"]}),
         new_code_cell(
-            "import json, warnings\nfrom mtonnx import report\n"
-            "ctx = report.context(params_path, run_dir, models_dir)\n"
+            "import json, warnings\nfrom mtonnx import lab, report\n"
+            "ctx = lab.context(params_path, run_dir, models_dir)\n"
             "print(ctx.params['name'], ctx.model['dir'], report.run_path(run_dir, ctx.params))\n"
             "warnings.warn_explicit('a library warns', UserWarning, json.__file__, 1)"
         ),

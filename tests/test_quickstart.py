@@ -1,5 +1,5 @@
 """The Deploy quickstart (README.md, docs/deploying.md): one generated block from the migrate run published in
-docs/reference-quickstart/ (report.quickstart). The README holds what that run gives; the Makefile publishes the
+docs/reference-quickstart/ (lab.quickstart). The README holds what that run gives; the Makefile publishes the
 commands the block types, from a fresh run; the published file holds no path of the machine that made it; the
 publisher keeps only examples every variant past both gates prints alike; and (e2e) the block's commands, run as a
 reader types them after the install line, print what the block says."""
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_cli
-from mtonnx.report import docs, quickstart
+from mtonnx.lab import docs, quickstart
 from mtonnx.report.prose import GENERATED_END
 
 PUBLISHED = REPO / "docs" / docs.QUICKSTART_REFERENCE
@@ -65,14 +65,14 @@ def test_the_makefile_publishes_a_fresh_run_of_what_the_block_types_and_no_machi
     steps = [line.strip() for line in recipe.splitlines()[1:]]
     migrate = f"$(PYTHON) -m mtonnx migrate --model {docs.QUICKSTART_MODEL} --out {docs.QUICKSTART_OUT}"
     assert steps.index(f"rm -rf {docs.QUICKSTART_OUT}") < steps.index(migrate)  # its steps' time is a fresh run's
-    assert steps[-1] == f"$(PYTHON) -m mtonnx.report.quickstart {docs.QUICKSTART_OUT} docs README.md"
+    assert steps[-1] == f"$(PYTHON) -m mtonnx.lab.quickstart {docs.QUICKSTART_OUT} docs README.md"
     text = (PUBLISHED / docs.QUICKSTART_FILE).read_text(encoding="utf-8")
     assert re.findall(r'"(/[^"]*)"', text) == [] and str(REPO) not in text
 
 
 @pytest.fixture
 def migrated_run(tmp_path, hand_export) -> Path:
-    """A finished migrate run as report.quickstart reads it, on the tiny model's hand export: fp32 and fp32-tuned
+    """A finished migrate run as lab.quickstart reads it, on the tiny model's hand export: fp32 and fp32-tuned
     past both gates (int8 not), fp32-tuned deployed, and the gates' translations where fp32-tuned differs from fp32
     on one sentence and int8 on another."""
     from mtonnx.runtime import Translator, layout

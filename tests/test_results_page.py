@@ -11,8 +11,8 @@ import pytest
 
 from conftest import REPO
 from mtonnx.foundation import envinfo
+from mtonnx.lab import docs, results_page
 from mtonnx.measure import studies
-from mtonnx.report import docs, results_page
 
 PARAMS = {
     "name": "opus-shape",

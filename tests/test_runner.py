@@ -11,7 +11,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import REPO, cli_env, mtonnx_cmd, run_cli
-from mtonnx.report import prerequisites, runner
+from mtonnx.lab import prerequisites, runner
 
 PARAMS = '# parameters\nparams_path = ""\nrun_dir = ""\nmodels_dir = ""'
 

@@ -8,8 +8,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import _compute_p_value
 
-from mtonnx import data
-from mtonnx.foundation import scores
+from mtonnx import data, scores
 from mtonnx.measure import verdicts
 
 PAIRS = data.eval_set({"hsk_size": 120, "techdocs_size": 0, "eval_split": "test"})

@@ -189,7 +189,7 @@ def _run_dir(args: argparse.Namespace, params: dict) -> Path:
 
 @_with_params
 def _run(args: argparse.Namespace, params: dict) -> int:
-    from mtonnx.report.runner import RunFailed, RunInterrupted, run, select_only
+    from mtonnx.lab.runner import RunFailed, RunInterrupted, run, select_only
     from mtonnx.sources.models import ModelSourceError
 
     out = _run_dir(args, params)
@@ -228,8 +228,7 @@ def _bench(args: argparse.Namespace) -> int:
 def _bench_run(args: argparse.Namespace, params: dict) -> int:
     from mtonnx.measure import studies
     from mtonnx.report.record import merge_metrics, record, recorded
-    from mtonnx.report.runner import default_models_dir
-    from mtonnx.sources.models import ModelSourceError
+    from mtonnx.sources.models import ModelSourceError, default_models_dir
 
     try:
         names = studies.select(args.only)

@@ -64,6 +64,7 @@ def shortlist(paths: peers.Paths, run_dir: Path, params: dict[str, Any], engines
     the registry's int8-tuned-shortlist built with it (and CTranslate2 int8 given it as its vocabulary map, when
     installed): tokens and the quality gate against int8-tuned (restriction.restriction), the mean columns and
     lm_head bytes per step at each batch size, and the four engines timed in turn at each (batch, beams), 1 thread."""
+    from mtonnx import artefacts
     from mtonnx.variants import registry
 
     b, prefix = params["bench"], params["model"]["source_prefix"]
@@ -71,9 +72,8 @@ def shortlist(paths: peers.Paths, run_dir: Path, params: dict[str, Any], engines
     pairs = train.training_pairs(train.RECIPE)
     learned = learn_shortlist(pairs, tokenizer, b["shortlist_frequent"], b["shortlist_per_source"], prefix)
     variants = Path(paths.int8_tuned).parent
-    built = registry.build(paths.fp32_export, variants, registry.Inputs(shortlist=learned), [SHORTLISTED], log=None)
-    if SHORTLISTED not in built.manifests:
-        raise RuntimeError(f"{SHORTLISTED} could not be built: {built.failed.get(SHORTLISTED)}")
+    inputs = registry.Inputs(shortlist=learned)
+    artefacts.build(paths.fp32_export, variants, [SHORTLISTED], inputs, required=True)
     listed = variants / SHORTLISTED
     vmap = Path(run_dir) / "ct2" / "int8-vmap"
     with_ct2 = "ct2-int8" in engines

@@ -69,16 +69,13 @@ def prepare(
     """The engines' files, each built only when its build key does not match (foundation.buildkey): the hand export
     and optimum's, the registry's int8, tuned and search-graph variants (the registry builds them; the benchmark
     times what the variant table measures), CTranslate2's conversions (keyed by the model and its version)."""
-    from mtonnx.export.manual import ensure_exported
-    from mtonnx.export.optimum import ensure_optimum
-    from mtonnx.variants import registry
+    from mtonnx import artefacts
+    from mtonnx.settings import Export
 
     work = Path(work_dir)
     manual, variants, optimum = work / "export_manual", work / "variants", work / "export_optimum"
-    ensure_exported(model_dir, manual, exporter=exporter, opset=opset, log=log)
-    built = registry.build(manual, variants, registry.Inputs(), names=PEER_VARIANTS, log=log)
-    if built.failed:
-        raise RuntimeError(f"the benchmark's variants could not be built: {built.failed}")
+    artefacts.export(model_dir, manual, Export(exporter=exporter, opset=opset), log=log)
+    artefacts.build(manual, variants, PEER_VARIANTS, log=log, required=True)
     paths = Paths(
         str(model_dir),
         str(manual),
@@ -88,7 +85,7 @@ def prepare(
         str(work / "ct2" / "int8"),
         *(str(variants / name) for name in ("fp32-search-graph", "int8-search-graph")),
     )
-    ensure_optimum(model_dir, optimum, log=log)
+    artefacts.optimum_export(model_dir, optimum, log=log)
     for target, quantization in ((paths.ct2_fp32, "float32"), (paths.ct2_int8, "int8")) if ct2 else ():
         ensure_ct2(model_dir, target, quantization, log)
     return paths

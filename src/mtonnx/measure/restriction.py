@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mtonnx.foundation import scores
+from mtonnx import scores
 from mtonnx.foundation.side_by_side import call, per_core
 from mtonnx.measure import verdicts
 from mtonnx.measure.step_bytes import step_bytes
@@ -132,6 +132,7 @@ def sizes(
     (scratch `rows_probe`s; only counts between the target side's rows and the vocabulary) in `variants_dir`, every
     size and the full model timed in turn (1 thread) at each (batch, beams) with `tokens` forced on `rows` (encoded
     sentences). One row per count."""
+    from mtonnx import artefacts
     from mtonnx.variants import registry
 
     full_dir = Path(variants_dir) / registry.INT8_TUNED.name
@@ -139,7 +140,7 @@ def sizes(
     full = Translator(full_dir, session=session)
     target, vocab = target_rows(full_dir), full.tokenizer.vocab_size
     probes = tuple(registry.rows_probe(c) for c in sorted({c for c in counts if len(target) < c < vocab}, reverse=True))
-    built = registry.build(export_dir, variants_dir, registry.Inputs(), [p.name for p in probes], None, probes)
+    built = artefacts.build(export_dir, variants_dir, [p.name for p in probes], extra=probes)
     dirs = {p.settings["rows"]: Path(variants_dir) / p.name for p in probes if p.name in built.manifests}
     cuts = {count: Translator(d, session=session) for count, d in dirs.items()}
     speed = against_full(full, cuts, rows, configs, tokens, warmup, repeats) if cuts else {}

@@ -200,13 +200,12 @@ def _kinds(memory: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 def _restriction(bench: Bench) -> dict[str, Any]:
+    from mtonnx import artefacts
     from mtonnx.variants import registry
 
     name = registry.INT8_TUNED.name + "-target-vocab"
     variants = Path(bench.paths.int8_tuned).parent
-    built = registry.build(bench.paths.fp32_export, variants, registry.Inputs(), [name], log=bench.log)
-    if name not in built.manifests:
-        raise RuntimeError(f"{name} could not be built: {built.failed.get(name)}")
+    artefacts.build(bench.paths.fp32_export, variants, [name], log=bench.log, required=True)
     return {
         "restricted": benchmark.against_source(bench.paths.int8_tuned, variants / name, bench.params),
         "step_bytes": step_bytes.per_variant(variants),  # every variant of the run, measured from its step file

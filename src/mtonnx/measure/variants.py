@@ -4,7 +4,7 @@
   `translate_all` translates several variants side by side, one per core (each session keeps its own thread count,
   so the tokens are those of one variant at a time: the cores only shorten the wait).
 - `compare`: BLEU / chrF of each variant against the references, its deltas to fp32 with 95 % CIs and p-values
-  from sacrebleu's paired bootstrap (foundation.scores), the quality gate (measure.verdicts); its fidelity to fp32
+  from sacrebleu's paired bootstrap (mtonnx.scores), the quality gate (measure.verdicts); its fidelity to fp32
   (the share of sentences identical to fp32's, with a 95 % CI, chrF against fp32's output) and the fidelity gate.
 - `invariance`: the first sentences of the eval set translated alone, in batches and shuffled, at beam 1 and at the
   workload's beams: the share whose tokens are the same every way (a translation must not depend on what it is
@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from mtonnx.foundation.scores import fidelity, paired_bootstrap, score
 from mtonnx.foundation.side_by_side import per_core
 from mtonnx.measure import verdicts
 from mtonnx.measure.probe import import_cost
 from mtonnx.measure.timing import interleaved, paired_ratio, summary
 from mtonnx.runtime import SessionSettings, Translator
+from mtonnx.scores import fidelity, paired_bootstrap, score
 from mtonnx.variants.build import size_mb
 
 Contender = Callable[[list[str], int], Any]  # translates a batch of sentences with a beam count

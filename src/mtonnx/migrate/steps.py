@@ -1,11 +1,10 @@
-"""The steps of `mtonnx migrate`, each a call into the library the notebooks use (there is no second pipeline):
+"""The steps of `mtonnx migrate`, each a call into the library the notebooks use:
 
 load (sources.models) → the evaluation set's language against the model's (migrate.languages) → export
-(export.manual.ensure_exported, or optimum's) → parity at unseen shapes (check.parity.file_parity) → the runtime's
-tokens against `generate` (check.parity.runtime_parity) → the registry's variants (variants.registry.build) → both
-gates (measure.variants.compare) → the objective and the recommendation (measure.variants,
-measure.verdicts.recommend) → deploy/ and its card (report.deploy) → metrics.json, env.json and a one-page
-report.html (report.record, report.fingerprint, report.index).
+(mtonnx.artefacts) → parity at unseen shapes (check.parity.file_parity) → the runtime's tokens against
+`generate` (check.parity.runtime_parity) → the lab's variant pipeline, whole (pipeline.stages.run: variants,
+gates, objective, recommendation, deploy/ and its card) → metrics.json, env.json and a one-page report.html
+(lab.finish, as the lab's runner finishes a run).
 
 Resumable: each finished step writes `steps/<name>.json` with the key of what it was computed from (the model's
 files, the params, the evaluation set, the flags); a rerun with the same key says it reuses the step and goes on
@@ -28,20 +27,7 @@ from mtonnx.foundation import buildkey
 from mtonnx.foundation.files import write_json
 from mtonnx.runtime import families, layout
 
-STEPS = ("load", "export", "parity", "tokens", "variants", "gates", "objective", "deploy", "report")
-# Rough seconds per step on a 2-core machine: a fixed part, and a part per million parameters (export, builds) or per
-# evaluation sentence and million parameters (translations). The list printed at the start is an estimate, no more.
-COST = {
-    "load": (2, 0.0, 0.0),
-    "export": (20, 1.0, 0.0),
-    "parity": (5, 0.2, 0.0),
-    "tokens": (5, 0.0, 0.05),
-    "variants": (30, 3.0, 0.0),
-    "gates": (10, 0.0, 0.2),
-    "objective": (30, 13.0, 0.0),
-    "deploy": (2, 0.05, 0.0),
-    "report": (5, 0.0, 0.0),
-}
+STEPS = ("load", "export", "parity", "tokens", "pipeline", "report")
 
 
 class MigrationFailed(RuntimeError):
@@ -149,7 +135,7 @@ def read_tsv(path: Path) -> list[tuple[str, str]]:
 
 
 def run(m: Migration) -> Path:
-    """Run every step not finished yet (announcing the list with an estimate); returns the deploy directory. A
+    """Run every step not finished yet (announcing them); returns the deploy directory. A
     failure before any step finished removes the --out it created."""
     m.results["load"] = load(m)
     check_languages(m)
@@ -172,11 +158,9 @@ def _run_steps(m: Migration) -> None:
     """Each step in order, a finished one (its steps/ record holds the same key) reused."""
     from tqdm import tqdm
 
-    estimate = estimates(m)
     m.log(
         f"migrating {m.results['load']['name']} ({m.results['load']['family']}, "
-        f"{m.results['load']['parameters'] / 1e6:.1f}M parameters) into {m.out}; steps, roughly: "
-        + ", ".join(f"{name} ~{seconds:.0f} s" for name, seconds in estimate.items())
+        f"{m.results['load']['parameters'] / 1e6:.1f}M parameters) into {m.out}; steps: " + ", ".join(STEPS[1:])
     )
     for name in tqdm(STEPS[1:], desc="migrate", unit="step", leave=False):
         path, key = m.steps_dir / f"{name}.json", m.key(name)
@@ -192,24 +176,14 @@ def _run_steps(m: Migration) -> None:
         m.log(f"step {name} done in {seconds} s")
 
 
-def estimates(m: Migration) -> dict[str, float]:
-    """Each step's rough duration (COST) for this model and evaluation set."""
-    millions, sentences = m.results["load"]["parameters"] / 1e6, len(m.pairs)
-    return {
-        name: fixed + per_million * millions + per_sentence * sentences * max(millions, 1.0) ** 0.5
-        for name, (fixed, per_million, per_sentence) in COST.items()
-    }
-
-
 def load(m: Migration) -> dict[str, Any]:
     """The model resolved (a directory, a built model's name, or a hub name), its family checked."""
-    from mtonnx.report.runner import default_models_dir
     from mtonnx.sources import models
 
     as_path = Path(m.model)
     block = {"name": as_path.name if as_path.exists() else m.model, "path": str(as_path) if as_path.exists() else None}
     try:
-        resolved = models.resolve({**m.params["model"], **block}, default_models_dir(), m.params["_root"])
+        resolved = models.resolve({**m.params["model"], **block}, models.default_models_dir(), m.params["_root"])
     except models.ModelSourceError as err:
         raise MigrationRefused(str(err)) from None
     config = json.loads((Path(resolved["dir"]) / "config.json").read_text(encoding="utf-8"))
@@ -241,8 +215,8 @@ def check_languages(m: Migration) -> None:
 
 
 def _parameters(config: dict[str, Any], family: families.Family) -> int:
-    """The parameter count a config implies, roughly (embeddings, attention and feed-forward weights): enough for
-    the time estimate printed at the start."""
+    """The parameter count a config implies, roughly (embeddings, attention and feed-forward weights): printed at
+    the start, so a user sees the size of what is being migrated."""
     d, vocab = config.get("d_model", 512), config.get("vocab_size", 0)
     decoder = config.get(family.decoder_layers, 6)
     encoder = config.get("encoder_layers", config.get("num_layers", decoder))
@@ -252,15 +226,13 @@ def _parameters(config: dict[str, Any], family: families.Family) -> int:
 
 def export(m: Migration) -> dict[str, Any]:
     """The fp32 export, reused when its build key matches."""
-    e = m.params["export"]
+    from mtonnx import artefacts
+    from mtonnx.settings import Settings
+
     if m.exporter == "optimum":
-        from mtonnx.export.optimum import ensure_optimum
-
-        ensure_optimum(m.results["load"]["dir"], m.export_dir, log=m.log)
+        artefacts.optimum_export(m.results["load"]["dir"], m.export_dir, log=m.log)
     else:
-        from mtonnx.export.manual import ensure_exported
-
-        ensure_exported(m.results["load"]["dir"], m.export_dir, e["exporter"], e["opset"], log=m.log)
+        artefacts.export(m.results["load"]["dir"], m.export_dir, Settings.from_params(m.params).export, log=m.log)
     return {"dir": str(m.export_dir), "key": buildkey.recorded(m.export_dir).get("key")}
 
 
@@ -335,176 +307,40 @@ def tokens(m: Migration) -> dict[str, Any]:
     return out
 
 
-def _bench(m: Migration):
-    from mtonnx.measure.variants import VariantBench, workload
+def _where(m: Migration):
+    from mtonnx.pipeline.stages import Where
 
-    p = m.params
-    return VariantBench(
-        [en for en, _ in m.pairs],
-        [zh for _, zh in m.pairs],
-        max_new_tokens=p["generation"]["max_new_tokens"],
-        source_prefix=p["model"]["source_prefix"],
-        timing_sentences=p["quant"]["timing_sentences"],
-        repeats=p["quant"]["speed_repeats"],
-        warmup=p["bench"]["warmup"],
-        workload=workload(p["quant"], p["generation"]),
-        invariance_sentences=p["quant"]["invariance_sentences"],
-        invariance_batch=p["quant"]["invariance_batch"],
-    )
+    return Where(Path(m.results["load"]["dir"]), m.export_dir, m.out, Path(m.params["_root"]))
 
 
-def variants(m: Migration) -> dict[str, Any]:
-    """The registry's deployable variants (only fp32 with --only-fp32), each reused when its build key matches."""
+def pipeline(m: Migration) -> dict[str, Any]:
+    """The lab's variant pipeline, whole (pipeline.stages.run): the registry's variants (only fp32 with
+    --only-fp32), their gates, the objective beside the peers, the recommendation, deploy/ and its card. Unless
+    --only-fp32, a variant besides fp32 must pass every gate."""
     from mtonnx import data
-    from mtonnx.sources import train
-    from mtonnx.variants import registry
-    from mtonnx.variants.calibration import capture_feeds
-    from mtonnx.variants.shortlist import learn_shortlist
+    from mtonnx.pipeline import stages
+    from mtonnx.settings import Settings
 
-    try:
-        names = ["fp32"] if m.only_fp32 else registry.selected(m.params["quant"]["recipes"])
-    except ValueError as err:
-        raise MigrationRefused(str(err)) from None
-    inputs = registry.Inputs()
-    if not m.only_fp32:
-        p, config = m.params, json.loads((m.export_dir / "config.json").read_text(encoding="utf-8"))
-        calibration = data.calibration_set(p["data"])
-        from mtonnx.runtime import families, load_tokenizer
-
-        shortlist = learn_shortlist(
-            train.training_pairs(train.RECIPE),
-            load_tokenizer(m.export_dir),
-            p["bench"]["shortlist_frequent"],
-            p["bench"]["shortlist_per_source"],
-            p["model"]["source_prefix"],
-        )
-        inputs = registry.Inputs(
-            config[families.of_dir(m.export_dir).decoder_heads],
-            config["d_model"],
-            capture_feeds(m.export_dir, calibration, max_new_tokens=p["quant"]["calibration_tokens"]),
-            {"sentences": calibration, "tokens": p["quant"]["calibration_tokens"]},
-            shortlist,
-        )
-    built = registry.build(m.export_dir, m.out / "variants", inputs, names, log=m.log)
-    return {"built": list(built.manifests), "failed": built.failed, "reused": built.reused}
-
-
-def gates(m: Migration) -> dict[str, Any]:
-    """The gates of every built variant; unless --only-fp32, at least one variant besides fp32 must pass them all."""
-    from mtonnx.measure import verdicts
-    from mtonnx.measure.variants import compare, write_translations
-    from mtonnx.variants import registry
-
-    bench, q = _bench(m), m.params["quant"]
-    dirs = {name: m.out / "variants" / name for name in m.results["variants"]["built"]}
-    translated = bench.translate_all(dirs)
-    invariance = bench.invariance_all({n: d for n, d in dirs.items() if registry.BY_NAME[n].deployable})
-    quality = compare(
-        translated,
-        bench.references,
-        q["gate_bleu"],
-        q["fidelity_min"],
-        invariance=invariance,
-        exempt=q["invariance_exempt"],
-    )
-    write_translations(m.out / "variants", bench.sources, bench.references, translated)
-    others = {n: r for n, r in quality["rows"].items() if n != "fp32"}
-    if others and not any(verdicts.passes(r) for r in others.values()):
-        raise MigrationFailed(_nearest(others, q))
-    return {"quality": quality}
-
-
-def _nearest(rows: dict[str, dict[str, Any]], quant: dict[str, Any]) -> str:
-    """The gate failure of the variant nearest to passing, with its number and the threshold."""
-    name, row = max(
-        rows.items(),
-        key=lambda kv: (
-            kv[1]["gate"] == "pass",
-            kv[1]["fidelity_gate"] == "pass",
-            kv[1]["fidelity"]["same_as_fp32"],
-            (kv[1]["batch_invariance"] or {}).get("share", 0),
-        ),
-    )
-    if row["gate"] == row["fidelity_gate"] == "pass":
-        measured = row["batch_invariance"] or {}
-        return (
-            f"gates: no variant besides fp32 passes every gate; the nearest, {name}, is {row['invariance_gate']} on "
-            f"the batch invariance gate: {measured.get('share', 0):.1%} of {measured.get('sentences', 0)} sentences "
-            "with the same tokens alone, batched and shuffled, against 100 % (quant.invariance_exempt opts a "
-            "variant out, with a reason)"
-        )
-    if row["gate"] != "pass":
-        return (
-            f"gates: no variant besides fp32 passes every gate; the nearest, {name}, is {row['gate']} on the quality "
-            "gate: BLEU "
-            f"delta {row['bleu_delta']:+.2f}, 95 % CI [{row['bleu_delta_ci'][0]:+.2f}, "
-            f"{row['bleu_delta_ci'][1]:+.2f}], against -quant.gate_bleu {-quant['gate_bleu']:g}"
-        )
-    same, (low, high) = row["fidelity"]["same_as_fp32"], row["fidelity"]["same_as_fp32_ci"]
-    return (
-        f"gates: no variant besides fp32 passes every gate; the nearest, {name}, is {row['fidelity_gate']} on the "
-        "fidelity gate: "
-        f"{same:.1%} of sentences identical to fp32, 95 % CI [{low:.1%}, {high:.1%}], against quant.fidelity_min "
-        f"{quant['fidelity_min']:.0%}"
-    )
-
-
-def objective(m: Migration) -> dict[str, Any]:
-    """The candidates timed on the objective beside PyTorch fp32 and CTranslate2 int8, and the recommendation."""
-    from mtonnx.check.parity import finite_outputs
-    from mtonnx.measure import peers, verdicts
-    from mtonnx.measure.variants import candidates, table
-
-    bench, p = _bench(m), m.params
-    gated = m.results["gates"]["quality"]["rows"]
-    chosen = candidates(gated)
-    contenders = {name: bench.runtime(m.out / "variants" / name) for name in chosen}
-    contenders.update(
-        peers.contenders(
-            m.results["load"]["dir"],
-            m.out,
-            m.export_dir,
-            p["generation"]["max_new_tokens"],
-            p["model"]["source_prefix"],
-            p["runtime"]["threads"],
-        )
-    )
-    speed = bench.speed(contenders)
-    footprints = {n: bench.footprint(m.out / "variants" / n, rss=n in chosen) for n in gated}
-    finite = {n: finite_outputs(m.out / "variants" / n, bench.sources[:4]) for n in gated}
-    rows = table(gated, speed, footprints, finite)
-    recommended, reason = verdicts.recommend(rows, margin=p["quant"]["speed_margin"], objective=bench.objective)
-    return {"rows": rows, "speed": speed, "recommended": recommended, "reason": reason, "objective": bench.objective}
-
-
-def deploy(m: Migration) -> dict[str, Any]:
-    """deploy/: the recommended variant's files and its model card."""
-    from mtonnx import data
-    from mtonnx.report import deploy as deploying
-    from mtonnx.report import run_path
-    from mtonnx.runtime import Translator
-
-    o, recommended = m.results["objective"], m.results["objective"]["recommended"]
     described = (
         f"{m.eval_file}, {len(m.pairs)} sentence pairs (yours)" if m.eval_file else data.describe(m.params["data"])
     )
-    facts = deploying.facts(
-        model=m.results["load"]["name"],
-        family=m.results["load"]["family"],
-        variant=recommended,
-        rows=o["rows"],
-        speed=o["speed"],
-        quality=m.results["gates"]["quality"],
-        quant=m.params["quant"],
-        objective=o["objective"],
-        reason=o["reason"],
-        data=described,
-        layout_name=Translator(m.out / "variants" / recommended).layout,
-        run=run_path(m.out, m.params),
-        source_prefix=m.params["model"]["source_prefix"],
-    )
-    deployed = deploying.publish(m.out, m.out / "variants" / recommended, facts)
-    return {"dir": str(deployed), "variant": recommended, "layout": facts["layout"]}
+    try:
+        result = stages.run(
+            _where(m),
+            Settings.from_params(m.params),
+            [en for en, _ in m.pairs],
+            [zh for _, zh in m.pairs],
+            model=m.results["load"]["name"],
+            family=m.results["load"]["family"],
+            data=described,
+            only_fp32=m.only_fp32,
+            log=m.log,
+        )
+    except stages.GatesFailed as err:
+        raise MigrationFailed(str(err)) from None
+    except ValueError as err:  # an unknown recipe
+        raise MigrationRefused(str(err)) from None
+    return {"quant": stages.quant_section(result), "deploy": stages.deploy_section(result)}
 
 
 def report(m: Migration) -> dict[str, Any]:
@@ -512,37 +348,18 @@ def report(m: Migration) -> dict[str, Any]:
     stamped with the fingerprint, and report.html (the lab report's first screen)."""
     import os
 
-    from mtonnx.foundation import envinfo
-    from mtonnx.report import deploy as deploying
-    from mtonnx.report.fingerprint import SECTION, fingerprint
-    from mtonnx.report.index import write_index
-    from mtonnx.report.record import merge_metrics, record
+    from mtonnx.lab import environment
+    from mtonnx.lab.finish import finish
+    from mtonnx.report.record import record
 
-    o = m.results["objective"]
-    env = envinfo.collect({**m.params, "model": {**m.params["model"], "name": m.results["load"]["name"]}})
+    env = environment.collect({**m.params, "model": {**m.params["model"], "name": m.results["load"]["name"]}})
     write_json(m.out / "env.json", env)
     record(m.out, "runtime", {"parity": m.results["tokens"]})
     record(m.out, "manual_export", {"parity_pass": True, "max_abs_diff_worst": m.results["parity"]["max_abs_diff"]})
-    record(
-        m.out,
-        "quant",
-        {
-            **o["rows"],
-            "failed": m.results["variants"]["failed"],
-            "recommended": o["recommended"],
-            "recommended_reason": o["reason"],
-            "objective": o["objective"],
-            "sentences": m.results["gates"]["quality"]["sentences"],
-        },
-    )
-    record(
-        m.out, "deploy", {"variant": o["recommended"], "dir": layout.DEPLOY, "layout": m.results["deploy"]["layout"]}
-    )
-    identity = fingerprint(m.out, merge_metrics(m.out))
-    record(m.out, SECTION, identity)
-    merge_metrics(m.out)
-    deploying.stamp(m.out, identity["fingerprint"], env)
-    os.replace(write_index(m.out, [], env, "ok"), m.out / "report.html")
+    record(m.out, "quant", m.results["pipeline"]["quant"])
+    record(m.out, "deploy", m.results["pipeline"]["deploy"])
+    identity, index = finish(m.out, env)
+    os.replace(index, m.out / "report.html")
     return {"fingerprint": identity["fingerprint"]}
 
 
@@ -550,9 +367,6 @@ STEP_FUNCTIONS: dict[str, Callable[[Migration], dict[str, Any]]] = {
     "export": export,
     "parity": parity,
     "tokens": tokens,
-    "variants": variants,
-    "gates": gates,
-    "objective": objective,
-    "deploy": deploy,
+    "pipeline": pipeline,
     "report": report,
 }

@@ -1,6 +1,6 @@
-"""Presentation of a run: the pipeline runner, the metrics a notebook records, plots, graph views, the report and
-`compare`, and `context`, the one call that opens a notebook. Writing files and environment info are the
-foundation's (mtonnx.foundation); this package only shows what the layers below it measured.
+"""Presentation of a run: the metrics a notebook records, plots, graph views, the report and `compare`. Writing
+files and environment info are the foundation's (mtonnx.foundation); running the notebooks is the lab's
+(mtonnx.lab); this package only shows what the layers below it measured.
 
 Importing this package is light (no torch, papermill or matplotlib): the heavy parts load when called.
 """
@@ -12,17 +12,10 @@ from mtonnx.foundation.files import relative, staged_dir, write_atomic, write_js
 from mtonnx.report.record import record, recorded, save_figure
 
 
-def context(params_path: str, run_dir: str, models_dir: str):
-    """What every notebook starts from (`notebook.Context`): params, model directory, session settings, run dirs."""
-    from mtonnx.report.notebook import Context
-
-    return Context.open(params_path, run_dir, models_dir)
-
-
 def run_path(run_dir: str | Path, params: dict[str, Any]) -> str:
     """A run directory as a user types it at the project root: relative to it (outputs/default; ../runs/x for one
     outside it), never the machine's absolute path."""
     return relative(Path(run_dir).resolve(), Path(params["_root"]).resolve())
 
 
-__all__ = ["context", "run_path", "record", "recorded", "save_figure", "staged_dir", "write_atomic", "write_json"]
+__all__ = ["run_path", "record", "recorded", "save_figure", "staged_dir", "write_atomic", "write_json"]

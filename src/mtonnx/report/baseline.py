@@ -45,8 +45,8 @@ def load_baseline(run_dir) -> dict:
 
 def showcase_rows(items: list[dict], count: int = 6) -> list[int]:
     """Which of these baseline items an example table shows: where PyTorch's beam translation is closest to the
-    reference next to where it is farthest (foundation.scores.showcase)."""
-    from mtonnx.foundation.scores import showcase
+    reference next to where it is farthest (scores.showcase)."""
+    from mtonnx.scores import showcase
 
     return showcase([i["beam"] for i in items], [i["zh"] for i in items], count)
 
@@ -56,7 +56,7 @@ def example_table(items: list[dict], columns: dict[str, list[str]], rows: list[i
     each of `columns` (outputs aligned with `items`, or with `rows` when given), on the showcase rows."""
     import pandas as pd
 
-    from mtonnx.foundation.scores import sentence_chrf
+    from mtonnx.scores import sentence_chrf
 
     shown = showcase_rows(items) if rows is None else rows
     picked = [items[r] for r in shown]

@@ -116,6 +116,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("quant.objective", IDENTITY),
     Metric("quant.*_signature", IDENTITY),
     Metric("quant.sentences", IDENTITY, "count"),
+    Metric("quant.candidates", IDENTITY, "variants"),  # past every gate: the ones the objective timed
+    Metric("quant.session.*", IDENTITY),  # the ONNX Runtime session settings of every translation and timing
     Metric("quant.naive_dequantizes_embedding", IDENTITY),
     Metric("quant.failed**", IDENTITY, "reason"),
     Metric("quant.groups.*.bleu_delta", QUALITY, "BLEU", HIGHER),

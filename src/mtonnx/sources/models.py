@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -110,6 +111,11 @@ HUB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*
 
 class ModelSourceError(RuntimeError):
     """A model that cannot be found or loaded; str() says what to do."""
+
+
+def default_models_dir() -> Path:
+    """Where built models are cached: $MTONNX_MODELS_DIR, else outputs/models under the current dir."""
+    return Path(os.environ.get("MTONNX_MODELS_DIR", "outputs/models")).resolve()
 
 
 def resolve(

@@ -140,7 +140,7 @@ def _collate(rows: list[tuple[list[int], list[int]]], pad: int):
 
 def evaluate_model(model, tokenizer, pairs: list[tuple[str, str]], num_beams: int, max_new_tokens: int) -> dict:
     """BLEU/chrF of the model on pairs (batches of 32)."""
-    from mtonnx.foundation.scores import score
+    from mtonnx.scores import score
     from mtonnx.sources.reference import translate_generate
 
     model.eval()
@@ -244,7 +244,7 @@ def finish(
     test = [(p.en, p.zh) for p in data.hsk_split("test")][: test_sentences or None]
     greedy = evaluate_model(model, tokenizer, test, 1, recipe["eval"]["max_new_tokens"])
     beam = evaluate_model(model, tokenizer, test, 4, recipe["eval"]["max_new_tokens"])
-    from mtonnx.foundation.scores import score
+    from mtonnx.scores import score
 
     baseline = score(gloss_baseline([en for en, _ in test], recipe["data"]["gloss_max_words"]), [zh for _, zh in test])
     size_fp32 = sum(p.numel() for p in model.parameters()) * 4 / 2**20
@@ -278,7 +278,7 @@ def domains(model, tokenizer, max_new_tokens: int = 64, batch_size: int = 8) -> 
     """Beam-search BLEU/chrF in domain (the whole HSK test split) and out of domain (every tech-doc sentence),
     with the two best and two worst translations of each: what the model can and cannot do (the default params'
     generation settings, as notebook 01 scores it)."""
-    from mtonnx.foundation.scores import best_and_worst, by_source
+    from mtonnx.scores import best_and_worst, by_source
     from mtonnx.sources.reference import translate_generate
 
     pairs = data.eval_set({"hsk_size": "all", "techdocs_size": "all", "eval_split": "test"})

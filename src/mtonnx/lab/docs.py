@@ -10,10 +10,10 @@ docs/hooks.py), so nothing generated is ever typed into a page and nothing can d
 - `figures`: the reference run's figures with their captions, grouped by the notebook that drew them;
 - `scale_timings`: how long each notebook took at the real model's scale (params/opus-shape.yaml), from that run's
   metrics and env, published beside the reference run (SCALE_REFERENCE) since the site shows none of its notebooks;
-- `scale_results`: that run's engines, variants and targets per named workload (report.results_page), stamped with
+- `scale_results`: that run's engines, variants and targets per named workload (lab.results_page), stamped with
   every engine's version;
 - `quickstart`: the Deploy quickstart, `mtonnx migrate` on the default model and what it deploys translating, from
-  the migrate run report.quickstart publishes beside the reference run (QUICKSTART_REFERENCE); `quickstart_api`:
+  the migrate run lab.quickstart publishes beside the reference run (QUICKSTART_REFERENCE); `quickstart_api`:
   the same sentences through the Python API and `mtonnx serve`, with their answers;
 A rendered block ends with GENERATED_END, so whatever reads the built page can tell generated text from prose.
 `lab_nav` lists the reference run's notebooks in the site's navigation, under the lab's page, each under its whole
@@ -43,7 +43,7 @@ from mtonnx.report.prose import GENERATED_END
 REFERENCE_LIMIT_MB = 10.0
 SCALE_REFERENCE = "reference-opus-shape"  # beside the reference run: the opus-shape run's notebook times and speed
 NO_SCALE_RUN = "No run at the real model's scale is published: `make scale-refresh` runs and publishes one."
-QUICKSTART_REFERENCE = "reference-quickstart"  # beside it too: the Deploy quickstart's migrate run (report.quickstart)
+QUICKSTART_REFERENCE = "reference-quickstart"  # beside it too: the Deploy quickstart's migrate run (lab.quickstart)
 QUICKSTART_FILE = "quickstart.json"
 NO_QUICKSTART = "No quickstart run is published: `make docs-refresh` runs and publishes one."
 QUICKSTART_MODEL, QUICKSTART_OUT = "models/hsk-enzh", "outputs/quickstart"  # what the quickstart migrates, and where
@@ -103,8 +103,8 @@ def _stamp(env: dict[str, Any], run: str = "the reference run", packages: tuple[
 
 def results(reference: str | Path) -> str:
     """The reference run's workloads, its variants with every gate, the runtime's targets against its peers at forced
-    lengths (report.results_page), and memory."""
-    from mtonnx.report import results_page
+    lengths (lab.results_page), and memory."""
+    from mtonnx.lab import results_page
 
     metrics = _metrics(reference)
     env = json.loads((Path(reference) / "env.json").read_text(encoding="utf-8"))
@@ -241,9 +241,9 @@ def scale_timings(published: str | Path) -> str:
 
 
 def scale_results(published: str | Path) -> str:
-    """The engines, variants and targets at the real model's scale (report.results_page), from the opus-shape run
+    """The engines, variants and targets at the real model's scale (lab.results_page), from the opus-shape run
     published in `published`, stamped with every engine's version."""
-    from mtonnx.report import results_page
+    from mtonnx.lab import results_page
 
     if not (Path(published) / "env.json").is_file():
         return NO_SCALE_RUN
@@ -253,7 +253,7 @@ def scale_results(published: str | Path) -> str:
 
 
 def quickstart(published: str | Path, reference: str | Path) -> str:
-    """The Deploy quickstart from the migrate run published in `published` (report.quickstart): its commands, how
+    """The Deploy quickstart from the migrate run published in `published` (lab.quickstart): its commands, how
     long migrate's steps took and what it deployed, what `mtonnx translate` prints beside the references, and the
     model's limits with its parameter count from the reference run in `reference`."""
     import shlex
@@ -454,13 +454,13 @@ def stale(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mtonnx.report.docs refresh RUN_DIR REFERENCE_DIR`: what `make docs-refresh` calls;
+    """`python -m mtonnx.lab.docs refresh RUN_DIR REFERENCE_DIR`: what `make docs-refresh` calls;
     `... timings RUN_DIR DOCS_DIR [FILE ...]`: what `make scale-refresh` calls (publish a run's notebook times into
     DOCS_DIR/SCALE_REFERENCE, then fill the generated blocks of each FILE, such as README.md, from DOCS_DIR)."""
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m mtonnx.report.docs")
+    parser = argparse.ArgumentParser(prog="python -m mtonnx.lab.docs")
     parser.add_argument("command", choices=("refresh", "timings"))
     parser.add_argument("run_dir")
     parser.add_argument("reference", help="refresh: the reference directory; timings: the docs directory")

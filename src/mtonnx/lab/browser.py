@@ -54,7 +54,7 @@ def inspect_page(
     command = [
         sys.executable,
         "-m",
-        "mtonnx.report.browser",
+        "mtonnx.lab.browser",
         str(Path(html).resolve()),
         "--chromium",
         chromium,
@@ -117,7 +117,7 @@ def _cjk_fonts(page) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     """The subprocess: inspect one page, print the result as JSON (exit 1 with one line on failure)."""
-    parser = argparse.ArgumentParser(prog="python -m mtonnx.report.browser", description="inspect a report page")
+    parser = argparse.ArgumentParser(prog="python -m mtonnx.lab.browser", description="inspect a report page")
     parser.add_argument("html", type=Path)
     parser.add_argument("--chromium", required=True)
     parser.add_argument("--ids", default="verdict,variants")

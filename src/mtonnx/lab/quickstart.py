@@ -1,12 +1,12 @@
 """The Deploy quickstart's published run: `make docs-refresh` runs `mtonnx migrate` on the default model into
-outputs/quickstart, then `python -m mtonnx.report.quickstart outputs/quickstart docs README.md` publishes what the
-quickstart shows (report.docs.quickstart renders it) and fills the README's generated blocks.
+outputs/quickstart, then `python -m mtonnx.lab.quickstart outputs/quickstart docs README.md` publishes what the
+quickstart shows (lab.docs.quickstart renders it) and fills the README's generated blocks.
 
 Published into docs/QUICKSTART_REFERENCE/QUICKSTART_FILE, small and without a path of the machine that ran it: each
 step's seconds as migrate recorded them (steps/*.json, in the order they finished), the recommended variant, the
 run's env.json, and the example sentences. Those are picked from the run's own evaluation set so that what a reader
 types prints what the quickstart says whichever variant migrate recommends on their machine: sentences every variant
-that passed every gate translated alike, taken as foundation.scores.showcase orders them (the best translations
+that passed every gate translated alike, taken as scores.showcase orders them (the best translations
 beside the worst: the model's limits in plain sight), kept when the quickstart's own `mtonnx translate` prints them
 alike from the deployed model and from every other such variant.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx.foundation.files import staged_dir, write_json
-from mtonnx.report import docs
+from mtonnx.lab import docs
 
 EXAMPLES = 3
 WORDS = 8  # the longest example: a line a reader types, that keeps the README short
@@ -36,9 +36,9 @@ def candidates_of(run_dir: str | Path) -> list[str]:
 
 def stable_examples(run_dir: str | Path) -> list[dict[str, str]]:
     """The run's evaluation sentences of at most WORDS words that every candidate translated alike at the gates
-    (greedy), in foundation.scores.showcase order, each with its reference."""
-    from mtonnx.foundation.scores import showcase
+    (greedy), in scores.showcase order, each with its reference."""
     from mtonnx.runtime import layout
+    from mtonnx.scores import showcase
 
     translated = json.loads((Path(run_dir) / "variants" / layout.TRANSLATIONS).read_text(encoding="utf-8"))
     texts = zip(*(translated["variants"][name] for name in candidates_of(run_dir)))
@@ -111,11 +111,11 @@ def publish(run_dir: str | Path, published: str | Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mtonnx.report.quickstart RUN_DIR DOCS_DIR [FILE ...]`: publish RUN_DIR into
+    """`python -m mtonnx.lab.quickstart RUN_DIR DOCS_DIR [FILE ...]`: publish RUN_DIR into
     DOCS_DIR/QUICKSTART_REFERENCE, then fill each FILE's generated blocks (README.md) from DOCS_DIR/reference."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m mtonnx.report.quickstart")
+    parser = argparse.ArgumentParser(prog="python -m mtonnx.lab.quickstart")
     parser.add_argument("run_dir", help=f"a finished `mtonnx migrate --model {docs.QUICKSTART_MODEL}`")
     parser.add_argument("docs_dir", help="the documentation directory (docs)")
     parser.add_argument("files", nargs="*", help="files whose generated blocks to fill (README.md)")

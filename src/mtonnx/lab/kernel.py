@@ -1,4 +1,4 @@
-"""What the runner's headless kernels run before a notebook's first cell (report.runner).
+"""What the runner's headless kernels run before a notebook's first cell (lab.runner).
 
 A library's warning names the file it comes from. Python writes that file's absolute path: where this machine
 installed the library (`/home/me/.venv/lib/python3.11/site-packages/torch/...`), which an executed notebook would then

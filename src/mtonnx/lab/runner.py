@@ -1,9 +1,9 @@
 """The pipeline: execute the numbered notebooks with papermill into a run dir, then build the report.
 
 A partial run (`--only`) first adds the notebooks the selected ones need that have not run in the run dir
-(report.prerequisites), and says so in one line. For each notebook, in order: inject the parameters (params file,
+(lab.prerequisites), and says so in one line. For each notebook, in order: inject the parameters (params file,
 run dir, models dir), execute it headless, keep the executed notebook (also when it fails) and convert it to HTML.
-A notebook runs in the run dir, and every path it is given or records is relative to it (report.kernel names the
+A notebook runs in the run dir, and every path it is given or records is relative to it (lab.kernel names the
 files of warnings likewise): an executed notebook holds no absolute path of the machine that ran it.
 Around that:
 env.json first, the model resolved once up front (so a missing model is one clear error, not a
@@ -24,15 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mtonnx.foundation import envinfo
 from mtonnx.foundation.files import relative, write_atomic, write_json
-from mtonnx.report import prerequisites, schema
-from mtonnx.report.deploy import stamp
-from mtonnx.report.fingerprint import SECTION, fingerprint
-from mtonnx.report.footprint import tidy
-from mtonnx.report.index import write_index
-from mtonnx.report.kernel import SETUP as KERNEL_SETUP
-from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, flatten, merge_metrics, record
+from mtonnx.lab import environment, prerequisites
+from mtonnx.lab.finish import finish
+from mtonnx.lab.footprint import tidy
+from mtonnx.lab.kernel import SETUP as KERNEL_SETUP
+from mtonnx.report import schema
+from mtonnx.report.record import FIGURES_DIR, METRICS_DIR, flatten, merge_metrics
 from mtonnx.sources import models
 
 KERNEL = "mtonnx"
@@ -78,11 +76,6 @@ def select_only(text: str | None) -> list[str] | None:
     if not numbers or not all(n.isdigit() for n in numbers):
         raise ValueError(f"--only {text!r}: give notebook numbers separated by commas, e.g. --only 01,03")
     return [n.zfill(2) for n in numbers]
-
-
-def default_models_dir() -> Path:
-    """Where built models are cached: $MTONNX_MODELS_DIR, else outputs/models under the current dir."""
-    return Path(os.environ.get("MTONNX_MODELS_DIR", "outputs/models")).resolve()
 
 
 def project_notebooks(params: dict[str, Any]) -> Path:
@@ -133,7 +126,7 @@ def run(
 ) -> dict[str, Any]:
     """Execute the notebooks and write the report; raises RunFailed naming the failing notebook and cell."""
     out_dir = Path(out_dir).resolve()
-    models_dir = Path(models_dir).resolve() if models_dir else default_models_dir()
+    models_dir = Path(models_dir).resolve() if models_dir else models.default_models_dir()
     folder = Path(notebooks_dir) if notebooks_dir else project_notebooks(params)
     notebooks = select_notebooks(folder, only)
     check_kernel(kernel)
@@ -147,7 +140,7 @@ def run(
     if added:
         log(f"not yet run in {out_dir}, needed first: {', '.join(p.name for p in added)}")
     (out_dir / "notebooks").mkdir(parents=True, exist_ok=True)
-    env = envinfo.collect(params)
+    env = environment.collect(params)
     write_json(out_dir / "env.json", env)
 
     model = models.resolve(params["model"], models_dir, params["_root"])
@@ -194,12 +187,8 @@ def run(
     if status == "ok":  # a failed or interrupted run keeps everything it built, for a look at what went wrong
         recommended = merged.get("quant", {}).get("recommended")
         footprint = tidy(out_dir, params["quant"]["keep"], recommended, log)
-    identity = fingerprint(out_dir, merged)
     seconds = {"notebook_seconds": {r["name"]: r["seconds"] for r in results}}  # what the report lists, for the docs
-    record(out_dir, SECTION, {**identity, **seconds, **({"footprint": footprint} if footprint else {})})
-    merge_metrics(out_dir)
-    stamp(out_dir, identity["fingerprint"], env)
-    index = write_index(out_dir, results, env, status)
+    _, index = finish(out_dir, env, results, status, {**seconds, **({"footprint": footprint} if footprint else {})})
     log(f"report: {index}")
     if interrupted:
         raise RunInterrupted(
@@ -276,7 +265,7 @@ def _to_html(notebook: Path) -> Path:
 
 def screenshot(index: Path, log: Callable[[str], None]) -> None:
     """report.png beside index.html: its first screen in Chromium (skipped, with a line, without Chromium)."""
-    from mtonnx.report.browser import inspect_page
+    from mtonnx.lab.browser import inspect_page
     from mtonnx.report.graphview import GraphViewError, find_chromium
 
     if find_chromium() is None:

@@ -1,4 +1,4 @@
-"""`Context`: what every notebook starts from, in one call (`report.context(params_path, run_dir, models_dir)`).
+"""`Context`: what every notebook starts from, in one call (`lab.context(params_path, run_dir, models_dir)`).
 
 The validated params, the resolved model directory, the ONNX Runtime session settings the params ask for, and
 the run's directories; the model's config is read from config.json, the PyTorch model loaded only when asked.
@@ -13,7 +13,9 @@ from typing import Any
 
 from mtonnx import params as params_module
 from mtonnx.foundation.files import relative
+from mtonnx.pipeline.stages import Where
 from mtonnx.runtime import SessionSettings, families, layout
+from mtonnx.settings import Settings
 from mtonnx.sources import models
 
 
@@ -44,11 +46,21 @@ class Context:
         """The text put in front of every source sentence (`model.source_prefix`)."""
         return self.params["model"]["source_prefix"]
 
+    @cached_property
+    def settings(self) -> Settings:
+        """The params as the pipeline's typed settings (mtonnx.settings)."""
+        return Settings.from_params(self.params)
+
     @property
     def session(self) -> SessionSettings:
         """The runtime section as ONNX Runtime session settings."""
-        r = self.params["runtime"]
-        return SessionSettings(threads=r["threads"], optimization=r["optimization"], spinning=r["spinning"])
+        return self.settings.session
+
+    @property
+    def where(self) -> Where:
+        """Where the variant pipeline reads and writes for this run (pipeline.stages.Where)."""
+        root = Path(self.params["_root"])
+        return Where(self.model_dir, self.export_dir, self.run_dir, root)
 
     @property
     def export_dir(self) -> Path:

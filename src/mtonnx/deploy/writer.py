@@ -1,11 +1,12 @@
 """`outputs/<run>/deploy/`: the one directory a deployer takes, the recommended variant with all the runtime needs,
 and its `model_card.md`, written from the run's own measurements.
 
-`publish` (notebook 06) links the recommended variant's files into deploy/ (hard links: the bytes are stored once;
-a mapped weights file is copied, since the onnx library refuses external data with several links)
-and writes the card: model, recipe, every gate with its evidence, the objective's speed against fp32 and CTranslate2,
-why it was chosen. `stamp` (the runner, once the run is complete) adds the run's fingerprint and git commit, which
-exist only then. `translate`, `serve` and `batch` take `--run outputs/<run>` and load deploy/.
+`publish` (the pipeline's last stage, pipeline.stages.publish) links the recommended variant's files into deploy/
+(hard links: the bytes are stored once; a mapped weights file is copied, since the onnx library refuses external
+data with several links) and writes the card: model, recipe, every gate with its evidence, the objective's speed
+against fp32 and CTranslate2, why it was chosen. `stamp` (lab.finish, once the run is complete) adds the run's
+fingerprint and git commit, which exist only then. `translate`, `serve` and `batch` take `--run outputs/<run>` and
+load deploy/.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ def facts(
     run: str,
     source_prefix: str = "",
 ) -> dict[str, Any]:
-    """What the model card is written from, read off a run's measurements (notebook 06 and `mtonnx migrate` call
-    this with the same numbers): the variant's row, every gate's settings, the objective against fp32 and the peers."""
+    """What the model card is written from, read off a run's measurements (pipeline.stages.publish calls it, for
+    the lab and `mtonnx migrate` alike): the variant's row, every gate's settings, the objective against fp32 and
+    the peers."""
     from mtonnx.measure.timing import paired_ratio
     from mtonnx.variants import registry
 

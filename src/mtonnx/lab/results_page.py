@@ -14,7 +14,7 @@ names its rows by those definitions, so the page never sets two numbers side by 
   layouts that only notebook 10 times, CTranslate2's vocabulary map among them, come from their own sessions);
 - `objective_table`, `corpus_table`: the same columns for the objective's variants and the corpus;
 - `target_table`: each ratio the params hold to a target, in words, with the target's value and the verdict.
-ENGINE_PACKAGES names the packages whose versions the page's stamps show (report.docs).
+ENGINE_PACKAGES names the packages whose versions the page's stamps show (lab.docs).
 
 A cell the run did not measure or did not publish says so in words; nothing is filled in.
 """
