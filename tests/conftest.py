@@ -14,6 +14,17 @@ from mtonnx.sources import models
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`--dist loadgroup`, as `make test` runs): every test module is one group, so a worker
+    builds a module's fixtures once, unless a test names its own group (an end-to-end run that shares nothing with
+    its neighbours); and the end-to-end tests come first, so that the longest groups start first and the short ones
+    fill in around them."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable: a module keeps its order
+
+
 @pytest.fixture(scope="session")
 def models_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("models")

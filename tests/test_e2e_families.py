@@ -18,7 +18,9 @@ pytestmark = pytest.mark.e2e
 NOTEBOOKS = ("01", "02", "03", "05", "06", "08")
 
 
-@pytest.mark.parametrize("name", ["tiny-m2m100", "tiny-t5"])
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=pytest.mark.xdist_group(name)) for name in ("tiny-m2m100", "tiny-t5")]
+)
 def test_the_lab_runs_on_another_family(name, tmp_path, models_dir):
     out = tmp_path / "run"
     params = f"params/{name}.yaml"

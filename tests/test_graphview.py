@@ -100,6 +100,7 @@ def test_the_interactive_view_keeps_working_and_stays_on_the_loopback_server(enc
                 executable_path=graphview.find_chromium(), headless=True, args=graphview.CHROMIUM_ARGS
             )
             page = browser.new_page()
+            page.add_init_script(graphview.KEEP_EVAL)  # the wait below evaluates in the page; netron stubs eval out
             page.on("request", lambda request: requests.append(request.url))
             page.clock.set_system_time(dt.datetime.now() + dt.timedelta(days=200))
             page.goto(base)
