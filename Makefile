@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml
 report: $(STAMP)
 	$(PYTHON) -m mtonnx run --params $(PARAMS)
 
-# On every core: each test module stays on one worker (its module fixtures are built once; tests/conftest.py), the
-# end-to-end modules are handed out first.
+# On every core: each test module (or class) stays on one worker, so its module fixtures are built once; the
+# end-to-end modules are handed out first (tests/conftest.py).
 test: $(STAMP)
-	$(PYTHON) -m pytest -q -n auto --dist loadgroup
+	$(PYTHON) -m pytest -q -n auto --dist loadscope
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check src tests notebooks docs/hooks.py

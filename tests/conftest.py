@@ -15,13 +15,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (`--dist loadgroup`, as `make test` runs): every test module is one group, so a worker
-    builds a module's fixtures once, unless a test names its own group (an end-to-end run that shares nothing with
-    its neighbours); and the end-to-end tests come first, so that the longest groups start first and the short ones
-    fill in around them."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    """The end-to-end tests first: under pytest-xdist (`make test`: --dist loadscope, a module or class per
+    worker, so that a worker builds a module's fixtures once) the longest work starts first and the short
+    modules fill in around it."""
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable: a module keeps its order
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import REPO
-from mtonnx import data
+from mtonnx import artefacts, data, engines
 from mtonnx.measure import benchmark, peers, probe, search_graph
 from mtonnx.params import ENGINES, load
 from mtonnx.report.fingerprint import fingerprint
@@ -30,6 +30,21 @@ def test_every_engine_generates_exactly_the_forced_length(paths):
         assert r["generated_tokens"] == r["batch"] * r["tokens"], r  # eos suppressed until the forced length
         assert r["min_ms"] <= r["median_ms"] <= r["max_ms"] and r["repeats"] == 1 and len(r["times_ms"]) == 1
     assert all(r["speedup_vs_pytorch_fp32"] == 1.0 for r in results if r["engine"] == "pytorch-fp32")
+
+
+def test_timing_another_variant_beside_the_peers_is_one_engine_entry(paths, monkeypatch):
+    """An engine of kind mtonnx names a recipe of the variant registry: the harness loads, forces and times it with
+    nothing else to change (the entry would also make `prepare` build it: peers.PEER_VARIANTS)."""
+    entry = engines.Engine("mtonnx-int8-rows", "mtonnx int8-rows-tuned", "mtonnx", "int8", "int8-rows-tuned")
+    monkeypatch.setitem(engines.BY_NAME, entry.name, entry)
+    artefacts.build(paths.fp32_export, paths.variants, [entry.variant], required=True)
+    tokenizer = MarianSpmTokenizer(paths.fp32_export)
+    results = peers.run_configs(
+        [entry.name, "ct2-int8"], paths, [peers.Config(2, 2, 1, 5)], [tokenizer.encode("Hello, teacher!")], 0, 1
+    )
+    assert {r["engine"]: r["generated_tokens"] for r in results} == {entry.name: 10, "ct2-int8": 10}
+    assert peers.Engine(entry.name, paths, 1).model.dir.name == "int8-rows-tuned"
+    assert {e.variant for e in engines.ENGINES if e.variant} - set(peers.PEER_VARIANTS) == {"int8-tuned-shortlist"}
 
 
 def test_multi_thread_configs_run_in_separate_processes(paths):

@@ -18,10 +18,7 @@ pytestmark = pytest.mark.e2e
 NOTEBOOKS = ("01", "02", "03", "05", "06", "08")
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(name, marks=pytest.mark.xdist_group(name)) for name in ("tiny-m2m100", "tiny-t5")]
-)
-def test_the_lab_runs_on_another_family(name, tmp_path, models_dir):
+def lab_runs_on(name: str, tmp_path, models_dir) -> None:
     out = tmp_path / "run"
     params = f"params/{name}.yaml"
     done = run_cli(
@@ -57,3 +54,13 @@ def test_the_lab_runs_on_another_family(name, tmp_path, models_dir):
     engines = {r["engine"] for r in results}
     assert {"pytorch-fp32", "mtonnx-fp32", "mtonnx-int8", "ct2-fp32", "ct2-int8"} <= engines, engines
     assert all(r["generated_tokens"] > 0 and r["median_ms"] > 0 for r in results)
+
+
+class TestM2M100:  # a class each: `make test` (pytest-xdist, --dist loadscope) runs the two families side by side
+    def test_the_lab_runs_on_another_family(self, tmp_path, models_dir):
+        lab_runs_on("tiny-m2m100", tmp_path, models_dir)
+
+
+class TestT5:
+    def test_the_lab_runs_on_another_family(self, tmp_path, models_dir):
+        lab_runs_on("tiny-t5", tmp_path, models_dir)

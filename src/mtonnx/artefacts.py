@@ -29,33 +29,40 @@ def optimum_export(model_dir: str | Path, out_dir: str | Path, log: Log = print)
     return ensure_optimum(model_dir, out_dir, log=log)
 
 
-def inputs(export_dir: str | Path, settings: Settings) -> registry.Inputs:
-    """What the registry's recipes need besides the export: the decoder's heads and width (config.json), decoder
-    feeds captured on the calibration split (never the evaluation sentences) and the shortlist learned from the
-    training pairs, with the params' sizes."""
-    from mtonnx import data
-    from mtonnx.runtime import families, load_tokenizer
+def shortlist(export_dir: str | Path, settings: Settings) -> dict[str, Any]:
+    """The lexical shortlist (variants.shortlist) learned from the training pairs with the params' sizes, on the
+    export's tokenizer: what the shortlist recipes and CTranslate2's vocabulary map are given."""
+    from mtonnx.runtime import load_tokenizer
     from mtonnx.sources import train
-    from mtonnx.variants.calibration import capture_feeds
     from mtonnx.variants.shortlist import learn_shortlist
 
-    export_dir = Path(export_dir)
-    config = json.loads((export_dir / "config.json").read_text(encoding="utf-8"))
-    calibration = data.calibration_set(settings.data)
-    tokens = settings.quant.calibration_tokens
-    shortlist = learn_shortlist(
+    return learn_shortlist(
         train.training_pairs(train.RECIPE),
         load_tokenizer(export_dir),
         settings.shortlist_frequent,
         settings.shortlist_per_source,
         settings.source_prefix,
     )
+
+
+def inputs(export_dir: str | Path, settings: Settings) -> registry.Inputs:
+    """What the registry's recipes need besides the export: the decoder's heads and width (config.json), decoder
+    feeds captured on the calibration split (never the evaluation sentences) and the shortlist learned from the
+    training pairs, with the params' sizes."""
+    from mtonnx import data
+    from mtonnx.runtime import families
+    from mtonnx.variants.calibration import capture_feeds
+
+    export_dir = Path(export_dir)
+    config = json.loads((export_dir / "config.json").read_text(encoding="utf-8"))
+    calibration = data.calibration_set(settings.data)
+    tokens = settings.quant.calibration_tokens
     return registry.Inputs(
         config[families.of_dir(export_dir).decoder_heads],
         config["d_model"],
         capture_feeds(export_dir, calibration, max_new_tokens=tokens),
         {"sentences": calibration, "tokens": tokens},
-        shortlist,
+        shortlist(export_dir, settings),
     )
 
 

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mtonnx import engines
+
 # The vocabularies other modules share with the schema (export.manual, measure.peers).
 EXPORTERS = ("torchscript", "dynamo")
 DEFAULT_EXPORTER, DEFAULT_OPSET = "dynamo", 18
-ENGINES = ("pytorch-fp32", "pytorch-int8", "optimum-fp32", "mtonnx-fp32", "mtonnx-int8", "ct2-fp32", "ct2-int8")
+ENGINES = engines.SELECTABLE  # what `bench.engines` may name (mtonnx.engines declares them)
 ROOT_ENV = "MTONNX_PROJECT_ROOT"
 
 

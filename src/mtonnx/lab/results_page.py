@@ -24,23 +24,13 @@ from __future__ import annotations
 from dataclasses import astuple, dataclass
 from typing import Any
 
+from mtonnx import engines
 from mtonnx.measure import benchmark, studies, variants
 from mtonnx.measure.peers import Config
 from mtonnx.measure.timing import paired_ratio
 
 ENGINE_PACKAGES = ("torch", "transformers", "optimum", "optimum-onnx", "onnxruntime", "ctranslate2")
-ENGINES = {  # the engines of measure.peers and measure.search_graph, in words; lossy: it decodes over a shortlist
-    "pytorch-fp32": "PyTorch fp32",
-    "pytorch-int8": "PyTorch int8 (dynamic quantization)",
-    "optimum-fp32": "optimum fp32",
-    "mtonnx-fp32": "mtonnx fp32-tuned",
-    "mtonnx-int8": "mtonnx int8-tuned",
-    "mtonnx-shortlist-int8": "mtonnx int8-tuned-shortlist (lossy)",
-    "mtonnx-search-int8": "mtonnx int8-search-graph",
-    "ct2-fp32": "CTranslate2 fp32",
-    "ct2-int8": "CTranslate2 int8",
-    "ct2-vmap-int8": "CTranslate2 int8 with the shortlist as its vocabulary map (lossy)",
-}
+ENGINES = {e.name: e.words for e in engines.ENGINES}  # how the page names each engine
 CT2, PYTORCH = "ct2-int8", "pytorch-fp32"  # what every ratio of the page is measured against
 ITSELF, NOT_TIMED, NOT_RECORDED, NOT_MEASURED = "itself", "not timed together", "not recorded", "not measured"
 NOT_COUNTED = "not counted"  # the tokens of a workload at real lengths

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from mtonnx import data
+from mtonnx.engines import BY_NAME, SHORTLIST
 from mtonnx.foundation.files import staged_dir
 from mtonnx.measure import peers, restriction, step_bytes, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
 from mtonnx.runtime import load_tokenizer
 from mtonnx.runtime.output_rows import OutputRows
-from mtonnx.sources import train
-from mtonnx.variants.shortlist import learn_shortlist, vmap_text
+from mtonnx.variants.shortlist import vmap_text
 
 SHORTLISTED = "int8-tuned-shortlist"  # int8-tuned decoding over a lexical shortlist per batch (variants.registry)
 HEADLINE_TOKENS = 32  # the output length the headline ratios are read at (the shortest one when not measured)
@@ -33,7 +33,11 @@ def available_engines(wanted: list[str]) -> tuple[list[str], dict[str, str]]:
     skipped = {}
     if importlib.util.find_spec("ctranslate2") is None:
         skipped.update(
-            {e: "ctranslate2 not installed (pip install -e '.[bench]')" for e in wanted if e.startswith("ct2")}
+            {
+                e: "ctranslate2 not installed (pip install -e '.[bench]')"
+                for e in wanted
+                if BY_NAME[e].package == "ctranslate2"
+            }
         )
     return [e for e in wanted if e not in skipped], skipped
 
@@ -65,12 +69,12 @@ def shortlist(paths: peers.Paths, run_dir: Path, params: dict[str, Any], engines
     installed): tokens and the quality gate against int8-tuned (restriction.restriction), the mean columns and
     lm_head bytes per step at each batch size, and the four engines timed in turn at each (batch, beams), 1 thread."""
     from mtonnx import artefacts
+    from mtonnx.settings import Settings
     from mtonnx.variants import registry
 
     b, prefix = params["bench"], params["model"]["source_prefix"]
     tokenizer = load_tokenizer(paths.int8_tuned)
-    pairs = train.training_pairs(train.RECIPE)
-    learned = learn_shortlist(pairs, tokenizer, b["shortlist_frequent"], b["shortlist_per_source"], prefix)
+    learned = artefacts.shortlist(paths.fp32_export, Settings.from_params(params))
     variants = Path(paths.int8_tuned).parent
     inputs = registry.Inputs(shortlist=learned)
     artefacts.build(paths.fp32_export, variants, [SHORTLISTED], inputs, required=True)
@@ -82,12 +86,12 @@ def shortlist(paths: peers.Paths, run_dir: Path, params: dict[str, Any], engines
             for path in Path(paths.ct2_int8).iterdir():
                 shutil.copy2(path, tmp / path.name)
             (tmp / "vmap.txt").write_text(vmap_text(learned, tokenizer), encoding="utf-8")
-    paths = dataclasses.replace(paths, shortlist_int8=str(listed), ct2_vmap_int8=str(vmap))
+    paths = dataclasses.replace(paths, ct2_vmap_int8=str(vmap))
     result = against_source(paths.int8_tuned, listed, params, timed=False)  # timed below, beside CTranslate2
     rows = [tokenizer.encode(f"{prefix} {p.en}".strip()) for p in data.eval_set(params["data"])]
     columns = result["mean_columns"]
     decoder, column = step_bytes.step_bytes(listed), step_bytes.column_bytes(listed)  # the lm_head is fed
-    names = ["mtonnx-int8", "mtonnx-shortlist-int8", *(["ct2-int8", "ct2-vmap-int8"] if with_ct2 else [])]
+    names = [e for e in SHORTLIST if with_ct2 or BY_NAME[e].kind != "ct2"]
     tokens = headline_tokens(b["tokens"])
     configs = [peers.Config(batch, beams, 1, tokens) for batch, beams in itertools.product(b["batches"], b["beams"])]
     timed = peers.run_configs(names, paths, configs, rows, max(b["warmup"], 1), b["repeats"])
@@ -295,7 +299,7 @@ def bound_table(peers_result: dict[str, Any], bound: dict[str, Any]) -> list[dic
         )
         if row is None:
             continue
-        nbytes = bound["bytes_per_token"]["weights_per_token"] * (1 if engine.endswith("int8") else 4)
+        nbytes = bound["bytes_per_token"]["weights_per_token"] * (1 if BY_NAME[engine].precision == "int8" else 4)
         bound_ms = nbytes / (bound["bandwidth_gbs"] * 1e9) * 1000
         measured_ms = row["median_ms"] / tokens
         rows.append(

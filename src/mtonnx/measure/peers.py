@@ -18,7 +18,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mtonnx import engines
 from mtonnx.measure.timing import interleaved
+from mtonnx.variants import registry
 
 
 @dataclass(frozen=True)
@@ -43,19 +45,45 @@ class Paths:
 
     model_dir: str
     fp32_export: str
-    int8_variant: str  # notebook 06's recipe, the ablation's starting point
-    fp32_tuned: str  # what mtonnx-fp32 and mtonnx-int8 load (variants.tuned)
-    int8_tuned: str
+    variants: str  # the variant registry's builds of fp32_export, one directory per recipe (what mtonnx engines load)
     optimum_dir: str
     ct2_fp32: str
     ct2_int8: str
-    search_fp32: str  # the search inside the graph (the registry's fp32-search-graph) over fp32-tuned's split files
-    search_int8: str  # ... over int8-tuned's (int8-search-graph): what mtonnx-search-int8 loads
-    shortlist_int8: str = ""  # int8-tuned over a lexical shortlist (measure.benchmark.shortlist builds it) ...
-    ct2_vmap_int8: str = ""  # ... and CTranslate2 int8 with the same list as its vocabulary map (vmap.txt)
+    ct2_vmap_int8: str = ""  # CTranslate2 int8 with the shortlist as its vocabulary map (measure.benchmark.shortlist)
+
+    def variant(self, recipe: str) -> str:
+        """The directory of one of the registry's variants."""
+        return str(Path(self.variants) / recipe)
+
+    @property
+    def int8_variant(self) -> str:
+        """The registry's int8: the ablation's starting point."""
+        return self.variant("int8")
+
+    @property
+    def fp32_tuned(self) -> str:
+        """fp32-tuned: what the search study compares the fp32 search graph with."""
+        return self.variant("fp32-tuned")
+
+    @property
+    def int8_tuned(self) -> str:
+        """int8-tuned: what the output-row studies cut."""
+        return self.variant("int8-tuned")
+
+    @property
+    def search_fp32(self) -> str:
+        """The search inside the graph over fp32-tuned's split files (fp32-search-graph)."""
+        return self.variant("fp32-search-graph")
 
 
-PEER_VARIANTS = ("int8", "fp32-tuned", "int8-tuned", "fp32-search-graph", "int8-search-graph")
+# Built for the benchmark: every engine's recipe that needs nothing but the export (the shortlist's is built by its
+# study), the ablation's starting point and the search study's fp32 reference.
+PEER_VARIANTS = tuple(
+    dict.fromkeys(
+        ["int8", "fp32-tuned", "fp32-search-graph"]
+        + [e.variant for e in engines.ENGINES if e.variant and registry.BY_NAME[e.variant].needs is None]
+    )
+)
 
 
 def prepare(
@@ -79,11 +107,10 @@ def prepare(
     paths = Paths(
         str(model_dir),
         str(manual),
-        *(str(variants / name) for name in ("int8", "fp32-tuned", "int8-tuned")),
+        str(variants),
         str(optimum),
         str(work / "ct2" / "fp32"),
         str(work / "ct2" / "int8"),
-        *(str(variants / name) for name in ("fp32-search-graph", "int8-search-graph")),
     )
     artefacts.optimum_export(model_dir, optimum, log=log)
     for target, quantization in ((paths.ct2_fp32, "float32"), (paths.ct2_int8, "int8")) if ct2 else ():
@@ -114,14 +141,16 @@ def ensure_ct2(
 
 
 class Engine:
-    """Loads once; `run` generates exactly `tokens` new tokens for a batch of source ids."""
+    """One engine of mtonnx.engines, loaded once; `run` generates exactly `tokens` new tokens for a batch of
+    source ids."""
 
     def __init__(self, name: str, paths: Paths, threads: int):
         self.name, self.paths, self.threads = name, paths, threads
-        self.kind, self.precision = name.rsplit("-", 1)
+        self.spec = engines.BY_NAME[name]
+        self.kind, self.precision = self.spec.kind, self.spec.precision
         config = json.loads((Path(paths.fp32_export) / "generation_config.json").read_text())
         self.pad_id = config["pad_token_id"]  # read once here, never inside the timed run()
-        getattr(self, f"_load_{self.kind.replace('-', '_')}")()
+        LOADERS[self.kind](self)
 
     def _load_pytorch(self) -> None:
         import torch
@@ -147,33 +176,22 @@ class Engine:
     def _load_mtonnx(self) -> None:
         from mtonnx.runtime import SessionSettings, Translator
 
-        int8 = self.precision == "int8"
-        self.model = Translator(
-            self.paths.int8_tuned if int8 else self.paths.fp32_tuned,
-            decoder="auto",
-            session=SessionSettings(threads=self.threads),
-        )
+        session = SessionSettings(threads=self.threads)
+        self.model = Translator(self.paths.variant(self.spec.variant), decoder="auto", session=session)
 
     def _load_mtonnx_search(self) -> None:
         from mtonnx.runtime import SessionSettings
         from mtonnx.runtime.search_graph import SearchGraph
 
-        self.model = SearchGraph(self.paths.search_int8, SessionSettings(threads=self.threads))
+        self.model = SearchGraph(self.paths.variant(self.spec.variant), SessionSettings(threads=self.threads))
 
-    def _load_mtonnx_shortlist(self) -> None:
-        from mtonnx.runtime import SessionSettings, Translator
-
-        self.model = Translator(self.paths.shortlist_int8, session=SessionSettings(threads=self.threads))
-
-    def _load_ct2_vmap(self) -> None:
-        self._load_ct2(self.paths.ct2_vmap_int8)
-
-    def _load_ct2(self, directory: str | None = None) -> None:
+    def _load_ct2(self) -> None:
         import ctranslate2
 
         from mtonnx.runtime import load_tokenizer
 
-        directory = directory or (self.paths.ct2_int8 if self.precision == "int8" else self.paths.ct2_fp32)
+        int8 = self.precision == "int8"
+        directory = self.paths.ct2_vmap_int8 if self.spec.vmap else self.paths.ct2_int8 if int8 else self.paths.ct2_fp32
         self.model = ctranslate2.Translator(
             directory,
             device="cpu",
@@ -187,8 +205,8 @@ class Engine:
     def corpus(self, rows: list[list[int]], beams: int, tokens: int, batch: int) -> int:
         """Translate every row at its real length (stopping at eos, at most `tokens` new tokens) in batches of at
         most `batch`, each engine sorting by length its own way (CTranslate2: max_batch_size, mtonnx: the runtime's
-        Translator.generate_sorted); returns the number
-        of generated tokens without eos. mtonnx-int8 and ct2-int8 only."""
+        Translator.generate_sorted); returns the number of generated tokens without eos. The engines of kind ct2
+        and mtonnx only (mtonnx.engines.CORPUS)."""
         if self.kind == "ct2":
             source = [[self.pieces[i] for i in row] for row in rows]
             out = self.model.translate_batch(source, max_batch_size=batch, beam_size=beams, max_decoding_length=tokens)
@@ -199,7 +217,7 @@ class Engine:
 
     def run(self, rows: list[list[int]], beams: int, tokens: int) -> int:
         """Generate; returns the number of generated tokens (to check that lengths were really forced)."""
-        if self.kind in ("ct2", "ct2-vmap"):
+        if self.kind == "ct2":
             source = [[self.pieces[i] for i in row] for row in rows]
             out = self.model.translate_batch(
                 source,
@@ -207,13 +225,13 @@ class Engine:
                 max_decoding_length=tokens,
                 min_decoding_length=tokens,
                 num_hypotheses=1,
-                use_vmap=self.kind == "ct2-vmap",
+                use_vmap=self.spec.vmap,
             )
             return sum(len(r.hypotheses[0]) for r in out)
         from mtonnx.runtime.tokenizer import pad
 
         ids, mask = pad(rows, self.pad_id)
-        if self.kind.startswith("mtonnx"):  # the search graph has no forced eos: `tokens` without eos
+        if self.kind in ("mtonnx", "mtonnx-search"):  # the search graph has no forced eos: `tokens` without eos
             out = self.model.generate(ids, mask, num_beams=beams, max_new_tokens=tokens, min_length=tokens + 1)
             return sum(len(r) for r in out)
         import torch
@@ -227,6 +245,15 @@ class Engine:
                 min_new_tokens=tokens,
             )
         return int((out[:, 1:] != self.pad_id).sum())
+
+
+LOADERS: dict[str, Callable[[Engine], None]] = {
+    "pytorch": Engine._load_pytorch,
+    "optimum": Engine._load_optimum,
+    "mtonnx": Engine._load_mtonnx,
+    "mtonnx-search": Engine._load_mtonnx_search,
+    "ct2": Engine._load_ct2,
+}
 
 
 def run_configs(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from mtonnx import engines
 from mtonnx.foundation.side_by_side import per_core
 from mtonnx.measure.peers import Engine, Paths
 from mtonnx.measure.timing import interleaved, paired_ratio
@@ -19,7 +20,7 @@ from mtonnx.runtime import SessionSettings, Translator
 from mtonnx.runtime.search_graph import SearchGraph
 from mtonnx.runtime.tokenizer import pad
 
-ENGINES = ("mtonnx-int8", "mtonnx-search-int8", "ct2-int8")
+ENGINES = engines.SEARCH
 SHOWN_DIFFERENCES = 3
 
 

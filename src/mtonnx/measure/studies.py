@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from mtonnx import data
+from mtonnx.engines import BY_NAME as ENGINES_BY_NAME
+from mtonnx.engines import CORPUS
 from mtonnx.foundation.files import write_json
 from mtonnx.measure import ablation as ablations
 from mtonnx.measure import benchmark, peers, restriction, search_graph, step_bytes
 
 RESULTS = "bench.json"
-CORPUS_ENGINES, CORPUS_BATCH, CORPUS_THREADS, CORPUS_REPEATS = ("mtonnx-int8", "ct2-int8"), 32, (1, 2), 3
+CORPUS_ENGINES, CORPUS_BATCH, CORPUS_THREADS, CORPUS_REPEATS = CORPUS, 32, (1, 2), 3
 
 
 @dataclass
@@ -66,7 +68,7 @@ class Bench:
         """Every engine's files, built where their build key does not match."""
         e = self.params["export"]
         self.log("preparing the engines' files (exports, the registry's variants, CTranslate2 models) ...")
-        ct2 = not any(name.startswith("ct2") for name in self.available[1])
+        ct2 = not any(ENGINES_BY_NAME[name].kind == "ct2" for name in self.available[1])
         return peers.prepare(self.model_dir, self.run_dir, e["exporter"], e["opset"], ct2=ct2, log=self.log)
 
     @cached_property
