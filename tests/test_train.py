@@ -25,6 +25,7 @@ def test_recipe_trains_a_few_steps_end_to_end(tmp_path):
     )
     assert report["steps"] == 3 and report["history"][-1]["step"] == 3
     assert report["recipe_hash"] == train.recipe_hash(recipe) != train.recipe_hash(train.RECIPE)
+    assert {name: d["sentences"] for name, d in report["domains"].items()} == {"hsk": 4, "techdocs": 4}
     directory = tmp_path / "model"
     for name in (
         "config.json",

@@ -267,21 +267,24 @@ def finish(
         "bleu_signature": greedy["bleu_signature"],
         "history": history,
         "examples": [{"en": en, "reference": zh, "model": hyp} for (en, zh), hyp in zip(test[:8], beam["hypotheses"])],
-        **domains(model, tokenizer),
+        **domains(model, tokenizer, per_source=test_sentences),
     }
     (directory / "training_report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2), encoding="utf-8")
     (directory / "README.md").write_text(model_card(report), encoding="utf-8")
     return report
 
 
-def domains(model, tokenizer, max_new_tokens: int = 64, batch_size: int = 8) -> dict[str, Any]:
-    """Beam-search BLEU/chrF in domain (the whole HSK test split) and out of domain (every tech-doc sentence),
-    with the two best and two worst translations of each: what the model can and cannot do (the default params'
-    generation settings, as notebook 01 scores it)."""
+def domains(
+    model, tokenizer, max_new_tokens: int = 64, batch_size: int = 8, per_source: int | None = None
+) -> dict[str, Any]:
+    """Beam-search BLEU/chrF in domain (the whole HSK test split) and out of domain (every tech-doc sentence), or
+    the first `per_source` of each, with the two best and two worst translations of each: what the model can and
+    cannot do (the default params' generation settings, as notebook 01 scores it)."""
     from mtonnx.scores import best_and_worst, by_source
     from mtonnx.sources.reference import translate_generate
 
-    pairs = data.eval_set({"hsk_size": "all", "techdocs_size": "all", "eval_split": "test"})
+    size = per_source or "all"
+    pairs = data.eval_set({"hsk_size": size, "techdocs_size": size, "eval_split": "test"})
     run = translate_generate(
         model,
         tokenizer,

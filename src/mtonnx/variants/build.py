@@ -64,8 +64,11 @@ def read_manifest(variant_dir: str | Path) -> dict[str, Any]:
 
 def size_mb(variant_dir: str | Path) -> float:
     """MB of every file of a variant's directory: what a deployment copies (a tuned variant's weights live in
-    weights.bin beside its graphs; a shortlisted one's lm_head columns in their own file)."""
-    return round(sum(p.stat().st_size for p in Path(variant_dir).iterdir() if p.is_file()) / 2**20, 2)
+    weights.bin beside its graphs; a shortlisted one's lm_head columns in their own file), less the build's own
+    record (variant_manifest.json: its source path and build seconds differ from one build to the next, so the same
+    bytes would otherwise round to different sizes)."""
+    files = [p for p in Path(variant_dir).iterdir() if p.is_file() and p.name != layout.VARIANT_MANIFEST]
+    return round(sum(p.stat().st_size for p in files) / 2**20, 2)
 
 
 @contextlib.contextmanager
