@@ -26,9 +26,9 @@ report: $(STAMP)
 	$(PYTHON) -m mtonnx run --params $(PARAMS)
 
 # On every core: each test module (or class) stays on one worker, so its module fixtures are built once; the
-# end-to-end modules are handed out first (tests/conftest.py).
+# end-to-end modules are handed out first, in the order tests/conftest.py sorts them (not by test count).
 test: $(STAMP)
-	$(PYTHON) -m pytest -q -n auto --dist loadscope
+	$(PYTHON) -m pytest -q -n auto --dist loadscope --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(PYTHON) -m ruff check src tests notebooks docs/hooks.py
