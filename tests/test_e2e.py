@@ -55,40 +55,25 @@ EXPORTED = layout.HAND_EXPORT
 ENV_KEYS = ("python", "packages", "onnxruntime_providers", "cpu", "git", "params", "params_hash")
 
 
-@pytest.fixture(scope="module")
-def ci_runs(tmp_path_factory, models_dir, tiny_dir) -> list[tuple]:
-    """params/ci.yaml run twice in full into two directories (exports, timings, all), side by side: two runs of
-    the same commit, each (out, the finished process). tiny_dir builds the model both share before they start."""
-    outs = [tmp_path_factory.mktemp("ci-run"), tmp_path_factory.mktemp("ci-run-again")]
-    command = ("run", "--params", "params/ci.yaml", "--out")
-    running = [
-        subprocess.Popen(
-            mtonnx_cmd(*command, str(out)),
-            cwd=REPO,
-            env=cli_env(models_dir),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for out in outs
-    ]
-    done = []
-    for out, process in zip(outs, running):
-        stdout, stderr = process.communicate(timeout=1200)
-        assert process.returncode == 0, stderr[-3000:]
-        done.append((out, subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)))
+def run_ci(out, models_dir) -> subprocess.CompletedProcess:
+    done = run_cli("run", "--params", "params/ci.yaml", "--out", str(out), env=cli_env(models_dir), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
     return done
 
 
 @pytest.fixture(scope="module")
-def ci_run(ci_runs):
-    return ci_runs[0]
+def ci_run(tmp_path_factory, models_dir):
+    out = tmp_path_factory.mktemp("ci-run")
+    return out, run_ci(out, models_dir)
 
 
 @pytest.fixture(scope="module")
-def ci_run_again(ci_runs):
-    """The same commit and params run again in full, into another directory (exports, timings, all)."""
-    return ci_runs[1]
+def ci_run_again(tmp_path_factory, models_dir, ci_run):
+    """The same commit and params run again in full, into another directory (exports, timings, all), after the
+    first: one after the other, as a developer reruns, so that `compare` sees two runs made under the same load
+    (side by side, the second's timings came out twice the first's and compare rightly called it a regression)."""
+    out = tmp_path_factory.mktemp("ci-run-again")
+    return out, run_ci(out, models_dir)
 
 
 def test_every_notebook_executed_without_error(ci_run):
