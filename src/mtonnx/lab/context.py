@@ -13,7 +13,6 @@ from typing import Any
 
 from mtonnx import params as params_module
 from mtonnx.foundation.files import relative
-from mtonnx.pipeline.stages import Where
 from mtonnx.runtime import SessionSettings, families, layout
 from mtonnx.settings import Settings
 from mtonnx.sources import models
@@ -57,8 +56,11 @@ class Context:
         return self.settings.session
 
     @property
-    def where(self) -> Where:
-        """Where the variant pipeline reads and writes for this run (pipeline.stages.Where)."""
+    def where(self):
+        """Where the variant pipeline reads and writes for this run (pipeline.stages.Where; imported here, so that
+        opening a notebook does not load the pipeline's measuring libraries)."""
+        from mtonnx.pipeline.stages import Where
+
         root = Path(self.params["_root"])
         return Where(self.model_dir, self.export_dir, self.run_dir, root)
 
