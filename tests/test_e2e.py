@@ -214,8 +214,11 @@ def test_compare_of_two_runs_of_the_same_commit_finds_no_regression(ci_run, ci_r
     assert result["regressions"] == [] and result["fingerprints"]["equal"]
     assert [c for c in result["changes"]["quality"]] == []
     speed = [c for c in result["changes"]["speed"] if "spread_a" in c]
-    # a peer engine (PyTorch, optimum, CTranslate2) that ran faster or slower is reported, never a regression
-    assert speed and {c["verdict"] for c in speed} <= {"within noise", "improvement", "peer faster", "peer slower"}
+    # a peer engine (PyTorch, optimum, CTranslate2) that ran faster or slower is reported, never a regression; the
+    # bench's timings in CI have fewer repetitions than a judgement needs (the quantization timings have enough)
+    judged = {"within noise", "improvement", "peer faster", "peer slower"}
+    assert speed and {c["verdict"] for c in speed} <= judged | {"too few repetitions"}
+    assert any(c["key"].startswith("quant ") and c["verdict"] in judged for c in speed)
     markdown = compare_cmd(ci_run[0], ci_run_again[0], "--out", str(tmp_path))
     assert markdown.returncode == 0 and (tmp_path / "compare.md").read_text().startswith("## mtonnx compare: **no")
 

@@ -30,6 +30,7 @@ from mtonnx.serve import add_arguments, bench_arguments, bench_main, main
 from mtonnx.serve.app import create_app
 from mtonnx.serve.batcher import Batcher
 from mtonnx.serve.engine import length_groups
+from mtonnx.serve.middleware import SHUTTING_DOWN
 from mtonnx.serve.process import ServiceProcess
 from mtonnx.serve.settings import ServeSettings, settings_from_args
 
@@ -551,7 +552,7 @@ def test_a_real_service_process_end_to_end(hand_export, translator, tmp_path, ca
     ok = [o for o in outcomes if o[0] == 200]
     assert ok and all(o[2]["translatedText"] == [expected[t] for t in o[1]] for o in ok)
     late = [o for o in outcomes if o[0] == 503]
-    assert all(o[2] == {"error": "the service is shutting down"} for o in late)
+    assert all(o[2] == {"error": SHUTTING_DOWN} for o in late), late
     assert all(o[0] in ("ConnectError", "RemoteProtocolError", "ReadError") for o in outcomes if o[0] not in (200, 503))
     assert any(o[3] > o[4] for o in ok), "requests in flight at SIGTERM should finish"
     answered = [line for line in log.splitlines() if "POST /translate " in line]

@@ -243,8 +243,8 @@ SCHEMA: dict[str, Any] = {
         "speed_margin": Field(
             float,
             1.5,
-            "`mtonnx compare`: a timing changed only when, in at least 90 % of the pairs of the two runs' "
-            "repetitions (report.compare.SUPERIORITY), one is beyond the other by this factor",
+            "`mtonnx compare`: a timing changed only when the median ratio of the pairs of the two runs' "
+            "repetitions, and the ratio of their medians, are beyond this factor",
             lo=1.0,
             hi=100.0,
         ),

@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from mtonnx.foundation.repetitions import MIN_REPEATS
+
 SPEED_MARGIN = 1.1  # faster means at least 10 % faster, in every paired repetition
-MIN_REPEATS = 5  # fewer paired repetitions never make a speed difference
 
 
 def gate(delta: float, ci: list[float], gate_bleu: float) -> str:

@@ -5,14 +5,15 @@ direction the schema declares for it:
 - quality and parity (token matches, BLEU/chrF and their deltas, gate outcomes, token-id hashes, doctor failures,
   pitfalls reproduced): any change is reported; a move against its direction is a regression (a changed token-id
   hash too: the same code should translate the same way);
-- speed: where the timing was measured beside at least MIN_GROUP others (one benchmark configuration, one
-  quantization timing), a change counts when it holds relative to them (each repetition divided by the median of
-  the group's same repetition, which ran a second apart) in at least SUPERIORITY of all pairs of A's and B's
-  repetitions, by `speed_margin`, and the medians in ms moved the same way by `speed_margin`. A machine busy for a
-  moment slows a whole repetition of every engine: that cancels out of the relative repetitions, so it is not a
-  regression, and it does not hide one either (requiring B's fastest to beat A's slowest in ms would let one
-  lucky repetition hide a real slowdown). Timings without such a group are judged on the pairs in ms alone.
-  Otherwise a change is "within noise"; single timings are listed, never judged. A peer engine's timing (the
+- speed: a timing needs at least MIN_REPEATS repetitions on both sides to be judged (fewer: "too few
+  repetitions", listed only). Where it was measured beside at least MIN_GROUP others (one benchmark configuration,
+  one quantization timing), each repetition is divided by the median of the other members' same repetition, which
+  ran a second apart: a machine busy for a moment slows a whole repetition of every engine, and that cancels out.
+  A change counts when the median of all (A repetition, B repetition) ratios, the Hodges-Lehmann estimate, is beyond
+  `speed_margin` and the medians in ms moved the same way by `speed_margin`. A median of the pairs rather than a
+  share of them: on a VM one repetition of one variant jumps two or three times slower, and a rule that needs
+  nearly every pair beyond the margin let that one repetition hide a threefold slowdown. Timings without such a
+  group are judged on the ratios in ms alone; otherwise a change is "within noise". A peer engine's timing (the
   bench's PyTorch, optimum and CTranslate2) is judged alike but reads "peer slower" / "peer faster", never a
   regression: it measures the machine and the peer, not this project;
 - size and memory: beyond `size_threshold` (relative), against its direction, is a regression; a memory reading
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from mtonnx.foundation.repetitions import MIN_REPEATS
 from mtonnx.params import SCHEMA
 from mtonnx.report import schema
 from mtonnx.report.record import flatten
@@ -46,7 +48,6 @@ KINDS = {  # report.schema's kinds as compare reports them; an undeclared key (a
 }
 MEMORY_FLOOR_MB = 1.0  # a memory reading that moved less than this is within threshold, whatever the ratio
 MIN_GROUP = 3  # timings measured side by side that a relative check needs
-SUPERIORITY = 0.9  # share of repetition pairs beyond the margin that makes a speed change count (_beyond)
 OURS = "mtonnx"  # bench engines whose names start with it are this project's; the others are peers
 PEER_VERDICTS = {"regression": "peer slower", "improvement": "peer faster"}
 
@@ -258,7 +259,9 @@ def _timings(value: Any) -> bool:
 
 
 def _relative(series: dict[str, tuple[str, list[float]]], keys: set[str]) -> dict[str, list[float]]:
-    """Each timing's repetitions divided by the median of its group's same repetitions (groups of MIN_GROUP+)."""
+    """Each timing's repetitions divided by the median of the other members' same repetitions (groups of
+    MIN_GROUP+). The others only: in a group of three, a member that became three times slower is the one that
+    sets its group's median, which then moves with it and hides most of the slowdown."""
     groups: dict[str, list[str]] = {}
     for key in keys:
         groups.setdefault(series[key][0], []).append(key)
@@ -267,20 +270,19 @@ def _relative(series: dict[str, tuple[str, list[float]]], keys: set[str]) -> dic
         reps = {len(series[k][1]) for k in members}
         if len(members) < MIN_GROUP or len(reps) != 1:
             continue
-        medians = [float(np.median([series[k][1][i] for k in members])) for i in range(reps.pop())]
-        out.update({k: [t / m for t, m in zip(series[k][1], medians)] for k in members})
+        for key in members:
+            others = [series[k][1] for k in members if k != key]
+            out[key] = [t / float(np.median([o[i] for o in others])) for i, t in enumerate(series[key][1])]
     return out
 
 
 def _beyond(ta: list[float], tb: list[float], margin: float) -> str:
-    """Regression when at least SUPERIORITY of all (A repetition, B repetition) pairs have B slower by `margin`,
-    improvement for the reverse, else within noise. A share of pairs instead of B's fastest against A's slowest:
-    on a VM whose timings jump between two levels for a single variant (20 and 40 ms, within one repetition), one
-    fast repetition in B and one slow one in A hid a 3x slowdown even relative to the group."""
-    a, b = np.asarray(ta, dtype=float)[:, None], np.asarray(tb, dtype=float)[None, :]
-    if (b > a * margin).mean() >= SUPERIORITY:
+    """Regression when the median of all B/A repetition ratios is above `margin`, improvement when below
+    1/`margin`, else within noise."""
+    ratio = float(np.median(np.asarray(tb, dtype=float)[None, :] / np.asarray(ta, dtype=float)[:, None]))
+    if ratio > margin:
         return "regression"
-    if (b * margin < a).mean() >= SUPERIORITY:
+    if ratio * margin < 1:
         return "improvement"
     return "within noise"
 
@@ -294,7 +296,9 @@ def _speed(a: dict[str, Any], b: dict[str, Any], t: Thresholds) -> list[dict[str
         ta, tb = series_a[key][1], series_b[key][1]
         if ta == tb:  # the same numbers: nothing changed (comparing a run with itself)
             continue
-        if key in relative_a and key in relative_b:
+        if min(len(ta), len(tb)) < MIN_REPEATS:
+            verdict = "too few repetitions"
+        elif key in relative_a and key in relative_b:
             verdict = _beyond(relative_a[key], relative_b[key], t.speed_margin)
             if _beyond([float(np.median(ta))], [float(np.median(tb))], t.speed_margin) != verdict:
                 verdict = "within noise"

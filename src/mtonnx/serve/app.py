@@ -34,7 +34,7 @@ from mtonnx.serve import auth, schema
 from mtonnx.serve.batcher import Batcher, QueueFull
 from mtonnx.serve.engine import Options, TranslatorEngine
 from mtonnx.serve.metrics import ServiceMetrics
-from mtonnx.serve.middleware import CLIENT_CLOSED, NOTE, RETRY_AFTER_S, BodyGuard, RequestLog, log
+from mtonnx.serve.middleware import CLIENT_CLOSED, NOTE, RETRY_AFTER_S, SHUTTING_DOWN, BodyGuard, RequestLog, log
 from mtonnx.serve.settings import ServeSettings
 
 PATHS = ("/translate", "/detect", "/languages", "/info", "/metrics", "/openapi.json", *auth.PUBLIC_PATHS)
@@ -109,7 +109,7 @@ class Service:
 
     def drain(self) -> None:
         """The graceful shutdown began: not ready any more, and a client still sending a body is answered 503."""
-        self.ready, self.not_ready_reason = False, "the service is shutting down"
+        self.ready, self.not_ready_reason = False, SHUTTING_DOWN
         self.metrics.ready.set(0)
         self.stopping.set()
 
@@ -292,6 +292,8 @@ def _add_translate(app: FastAPI, service: Service) -> None:
                 request, service.batcher.submit(segmented.pieces, options), settings.request_timeout_s
             )
         except QueueFull as err:
+            if not service.ready:  # the shutdown began while this request waited: one message for every such 503
+                return _error(503, service.not_ready_reason, retry=True)
             return _error(503, f"the service is busy: {err}; retry later", retry=True)
         except TimeoutError:
             return _error(504, f"no translation within {settings.request_timeout_s} s (request_timeout_s)")
