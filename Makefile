@@ -12,7 +12,7 @@ STAMP := $(ENV_DIR)/.mtonnx-installed
 PARAMS ?= params/default.yaml
 VENV := [ -x "$(PYTHON)" ] || [ "$(ENV_DIR)" != ".venv" ] || python3 -m venv .venv
 
-.PHONY: install report test lint lab model wheel docs docs-refresh scale-refresh clean distclean
+.PHONY: install js report test lint lab model wheel docs docs-refresh scale-refresh clean distclean
 
 install: $(STAMP)
 
@@ -22,12 +22,23 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m ipykernel install --sys-prefix --name mtonnx --display-name "Python (mtonnx)"
 	@touch $@
 
-report: $(STAMP)
+# The JavaScript runtime's pinned packages (js/package-lock.json), with npm ci. onnxruntime-node's install script
+# would fetch CUDA binaries where nvcc exists, which fails offline: skipped. Without npm the Node checks skip.
+JS_STAMP := js/node_modules/.package-lock.json
+
+js: $(JS_STAMP)
+
+$(JS_STAMP): js/package.json js/package-lock.json
+	@if command -v npm >/dev/null; then \
+	  cd js && ONNXRUNTIME_NODE_INSTALL_CUDA=skip npm ci --no-audit --no-fund --loglevel=error; \
+	else echo "npm is not installed: the JavaScript checks will skip"; fi
+
+report: $(STAMP) js
 	$(PYTHON) -m mtonnx run --params $(PARAMS)
 
 # On every core: each test module (or class) stays on one worker, so its module fixtures are built once; the
 # end-to-end modules are handed out first, in the order tests/conftest.py sorts them (not by test count).
-test: $(STAMP)
+test: $(STAMP) js
 	$(PYTHON) -m pytest -q -n auto --dist loadscope --no-loadscope-reorder
 
 lint: $(STAMP)
@@ -54,7 +65,7 @@ docs: $(STAMP)
 # The site's reference run: the default params run, then published into docs/reference/ (notebooks, figures, metrics);
 # then the README's Deploy quickstart, `mtonnx migrate` on the default model from scratch, published into
 # docs/reference-quickstart/ and written into README.md.
-docs-refresh: $(STAMP)
+docs-refresh: $(STAMP) js
 	$(PYTHON) -m mtonnx run --params params/default.yaml
 	$(PYTHON) -m mtonnx.lab.docs refresh outputs/default docs/reference
 	rm -rf outputs/quickstart

@@ -129,6 +129,30 @@ def optimum_dir(tiny_dir, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def hsk_optimum(tmp_path_factory) -> Path:
+    """The trained default model (models/hsk-enzh) through optimum's exporter (the merged decoder the web export
+    ships), shared by the tests on real text."""
+    from mtonnx.export.optimum import export_optimum
+
+    out = tmp_path_factory.mktemp("hsk-optimum") / "export_optimum"
+    export_optimum(REPO / "models" / "hsk-enzh", out)
+    return out
+
+
+def needs_node() -> None:
+    """Skip, naming the fix, when the JavaScript runtime cannot run here, unless MTONNX_REQUIRE_NODE=1 (.ci/run sets
+    it): then it is a failure, so CI always runs the JavaScript checks."""
+    from mtonnx.web.node import unavailable
+
+    problem = unavailable()
+    if problem is None:
+        return
+    if os.environ.get("MTONNX_REQUIRE_NODE") == "1":
+        pytest.fail(f"MTONNX_REQUIRE_NODE=1 but {problem}", pytrace=False)
+    pytest.skip(problem)
+
+
 def needs_browser(module_level: bool = False) -> None:
     """Skip, naming the fix, when Debian's Chromium is missing, unless MTONNX_REQUIRE_BROWSER=1 (.ci/run sets it):
     then a missing browser is a failure, so CI always renders for real."""

@@ -153,3 +153,21 @@ def test_a_deploy_directory_translates_with_the_source_prefix_its_run_used(hand_
         "translate", "--run", str(tmp_path), "-i", str(source), "--max-new-tokens", "6", "--source-prefix", ""
     )
     assert told.stdout == bare + "\n"
+
+
+def test_the_card_says_what_the_web_export_ships_and_how_its_gate_went(hand_export, tmp_path):
+    web = tmp_path / "web"
+    (web / "onnx").mkdir(parents=True)
+    (web / "onnx" / "encoder_model.onnx").write_bytes(b"x")
+    section = {"variant": "fp32", "dtype": "fp32", "size_mb": 31.9, "page": "index.html", "published": True}
+    gate = {"sentences": 10, "tokenizer": 10, "greedy": 10, "beam4": 10, "gate": "pass"}
+    deploy.publish(tmp_path, hand_export, {**facts("runs/x"), "web": {**section, "node": gate}}, web)
+    card = (tmp_path / layout.DEPLOY / layout.MODEL_CARD).read_text(encoding="utf-8")
+    assert "`deploy/web/` holds the model for Transformers.js" in card and "fp32 (31.9 MB), not the deployed" in card
+    assert "sentences identical of 10: tokenizer 10, greedy 10, beam4 10: **pass**" in card
+    assert "`mtonnx serve --run runs/x --web`" in card
+    assert (tmp_path / layout.DEPLOY / "web" / "onnx" / "encoder_model.onnx").read_bytes() == b"x"
+    unmeasured = {**section, "node": {"gate": "not measured", "reason": "node is not installed"}}
+    assert any("not measured (node is not installed)" in line for line in deploy.web_lines(unmeasured, "r"))
+    failed = {"published": False, "reason": "Node's tokens differ from the Python runtime's"}
+    assert deploy.web_lines(failed, "r")[2] == "No web export: Node's tokens differ from the Python runtime's."

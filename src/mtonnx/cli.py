@@ -6,6 +6,7 @@
 - `bench`: the peer benchmark for a params file (results JSON in the run dir).
 - `doctor`: check an export against its source model (table or JSON; exit 1 on any failure).
 - `compare`: what changed between two run directories, classified; exit 1 on a regression (JSON only, no torch).
+- `export-web`: a run's model as the web export (deploy/web), for Transformers.js and the JavaScript runtime (js/).
 - `serve`, `serve-bench`: the HTTP translation service and its load generator (the `serve` extra).
 - `batch`: translate a corpus locally or on Ray Data (the `scale` extra).
 - `train`: train the default model from packaged data (`make model`).
@@ -109,6 +110,9 @@ def build_parser() -> Parser:
     compare.add_argument("--format", choices=("md", "html", "json"), default="md")
     compare.add_argument("--speed-margin", type=in_range(float, 1.0), help="beyond-spread factor (default: B's params)")
     compare.add_argument("--size-threshold", type=in_range(float, 0.0), help="relative size/memory change that counts")
+    web = commands.add_parser("export-web", help="a run's model for the browser and Node (deploy/web)")
+    web.add_argument("run_dir", help="the run directory (`mtonnx run` or `mtonnx migrate` wrote it)")
+    web.add_argument("--out", help="the directory to write (default: RUN_DIR/deploy/web)")
     train = commands.add_parser("train", help="train the default model from packaged data (params: train section)")
     train.add_argument("--params", required=True, help="params YAML file, e.g. params/train.yaml")
     for name, module, help_ in (
@@ -509,12 +513,26 @@ def _extra(module: str, function: str):
     return lambda args: getattr(_module(module), function)(args)
 
 
+def _export_web(args: argparse.Namespace) -> int:
+    from mtonnx.web.export import WebExportError, export_run
+
+    try:
+        out, gate = export_run(args.run_dir, args.out)
+    except (WebExportError, FileNotFoundError, ValueError) as err:
+        print(f"mtonnx: error: {err}", file=sys.stderr)
+        return 2
+    counts = ", ".join(f"{k} {v}" for k, v in gate.items() if k not in ("gate", "sentences", "reason"))
+    print(f"web export: {out}; Node gate: {gate['gate']} ({gate.get('reason') or counts})")
+    return 0
+
+
 COMMANDS = {
     "run": _run,
     "translate": _translate,
     "bench": _bench,
     "doctor": _doctor,
     "compare": _compare,
+    "export-web": _export_web,
     "train": _train,
     "migrate": _extra("mtonnx.migrate", "main"),
     "serve": _extra("mtonnx.serve", "main"),

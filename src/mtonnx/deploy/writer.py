@@ -22,6 +22,7 @@ from mtonnx.runtime import layout
 from mtonnx.runtime.integrity import write_sums
 
 STAMP = re.compile(r"^- Run: .*$", re.M)  # the card's line `stamp` fills in
+WEB = "web"  # the web export's directory inside deploy/
 FACTS = layout.DEPLOY_FACTS  # beside the card: what it was written from (the source prefix the runtime reads)
 
 
@@ -40,6 +41,7 @@ def facts(
     layout_name: str,
     run: str,
     source_prefix: str = "",
+    web: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the model card is written from, read off a run's measurements (pipeline.stages.publish calls it, for
     the lab and `mtonnx migrate` alike): the variant's row, every gate's settings, the objective against fp32 and
@@ -68,12 +70,15 @@ def facts(
         "layout": layout_name,
         "run": run,
         "source_prefix": source_prefix,
+        "web": web,
     }
 
 
-def publish(run_dir: str | Path, variant_dir: str | Path, facts: dict[str, Any]) -> Path:
-    """Replace run_dir/deploy with the files of `variant_dir` and a model card written from `facts` (`card`'s
-    keys); returns the deploy directory."""
+def publish(
+    run_dir: str | Path, variant_dir: str | Path, facts: dict[str, Any], web_dir: str | Path | None = None
+) -> Path:
+    """Replace run_dir/deploy with the files of `variant_dir`, the web export `web_dir` as deploy/web (when given)
+    and a model card written from `facts` (`card`'s keys); returns the deploy directory."""
     target = Path(run_dir) / layout.DEPLOY
     with staged_dir(target) as tmp:
         for path in sorted(Path(variant_dir).iterdir()):
@@ -81,6 +86,8 @@ def publish(run_dir: str | Path, variant_dir: str | Path, facts: dict[str, Any])
                 shutil.copy2(path, tmp / path.name)
             elif path.is_file():
                 link_or_copy(path, tmp / path.name)
+        if web_dir is not None:
+            shutil.copytree(web_dir, tmp / WEB, copy_function=link_or_copy)
         (tmp / FACTS).write_text(json.dumps(facts, ensure_ascii=False, indent=2, default=str) + "\n", "utf-8")
         (tmp / layout.MODEL_CARD).write_text(card(facts), encoding="utf-8")
         write_sums(tmp)
@@ -154,6 +161,7 @@ def card(facts: dict[str, Any]) -> str:
         "",
         facts["reason"],
         "",
+        *web_lines(facts.get("web"), facts["run"]),
         "## Provenance",
         "",
         "- Run: written when the run completes",
@@ -169,3 +177,28 @@ def card(facts: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def web_lines(web: dict[str, Any] | None, run: str) -> list[str]:
+    """The card's section on the web export (none when the run made none): what it ships and its gate in Node."""
+    if not web:
+        return []
+    if not web.get("published"):
+        return ["## In the browser and Node", "", f"No web export: {web['reason']}.", ""]
+    node = web["node"]
+    if node["gate"] == "not measured":
+        checked = f"Node against the Python runtime: not measured ({node['reason']})."
+    else:
+        counts = ", ".join(f"{k} {v}" for k, v in node.items() if k not in ("gate", "sentences"))
+        checked = f"Node against the Python runtime, sentences identical of {node['sentences']}: {counts}: "
+        checked += f"**{node['gate']}**."
+    return [
+        "## In the browser and Node",
+        "",
+        f"- `{layout.DEPLOY}/{WEB}/` holds the model for Transformers.js and mtonnx's JavaScript runtime (`js/`): "
+        f"{web['variant']} ({web['size_mb']} MB), not the deployed variant, whose in-place cache and cut lm_head have "
+        "no form in the layout Transformers.js loads."
+        + (f" Its page: `mtonnx serve --run {run} --web`, then /web/." if web["page"] == "index.html" else ""),
+        f"- {checked}",
+        "",
+    ]

@@ -4,6 +4,7 @@
   output path already is (a device, a FIFO, a symlink).
 - `envinfo`: the versions, machine and git commit a run's numbers came from.
 - `side_by_side`: untimed work on threads, one per usable core.
+- `jsonlines`: a child process spoken to in JSON lines (the Node runtime, the page in Chromium).
 - `repetitions`: the fewest timed repetitions a speed statement is made from.
 
 Standard library only at import time, so the torch-free runtime can build on it.

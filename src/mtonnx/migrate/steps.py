@@ -340,7 +340,11 @@ def pipeline(m: Migration) -> dict[str, Any]:
         raise MigrationFailed(str(err)) from None
     except ValueError as err:  # an unknown recipe
         raise MigrationRefused(str(err)) from None
-    return {"quant": stages.quant_section(result), "deploy": stages.deploy_section(result)}
+    return {
+        "quant": stages.quant_section(result),
+        "deploy": stages.deploy_section(result),
+        "web": stages.web_section(result),
+    }
 
 
 def report(m: Migration) -> dict[str, Any]:
@@ -358,6 +362,7 @@ def report(m: Migration) -> dict[str, Any]:
     record(m.out, "manual_export", {"parity_pass": True, "max_abs_diff_worst": m.results["parity"]["max_abs_diff"]})
     record(m.out, "quant", m.results["pipeline"]["quant"])
     record(m.out, "deploy", m.results["pipeline"]["deploy"])
+    record(m.out, "web", m.results["pipeline"].get("web", {}))
     identity, index = finish(m.out, env)
     os.replace(index, m.out / "report.html")
     return {"fingerprint": identity["fingerprint"]}

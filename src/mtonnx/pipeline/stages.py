@@ -1,4 +1,4 @@
-"""The variant pipeline, stage by stage: variants → gates → objective → recommendation → `deploy/`.
+"""The variant pipeline, stage by stage: variants → gates → objective → recommendation → web export → `deploy/`.
 
 Notebook 06 calls the stages one at a time and shows what each produced; `migrate` calls `run`, the one place that
 composes them. Everything either path decides is decided here, once: which recipes and probes are built, when
@@ -24,6 +24,7 @@ from mtonnx.settings import Settings
 from mtonnx.variants import registry
 
 MIXED = "int8-mixed"  # built after the probes, from the groups whose probe passed every gate
+WEB = "web"  # run_dir/web: the web export, copied into deploy/web unless its gate failed
 
 
 class GatesFailed(RuntimeError):
@@ -225,6 +226,42 @@ def recommend(timed: Timed, settings: Settings, objective_name: str) -> tuple[st
     return verdicts.recommend(timed.rows, margin=settings.quant.speed_margin, objective=objective_name)
 
 
+def web(
+    where: Where, settings: Settings, sources: list[str], *, model: str, family: str, log: artefacts.Log = print
+) -> dict[str, Any]:
+    """The web export stage: optimum's export of the model (reused when current) as run_dir/web, with its page
+    (mtonnx.web.export), then its gate: the JavaScript runtime in Node against the Python runtime on `sources`
+    (mtonnx.web.parity). It ships fp32: the deployed variants' hand layouts (the in-place cache, a cut lm_head) have
+    no form in the layout Transformers.js loads. A web export whose gate failed is removed and not published; one
+    whose gate could not be measured (no Node here) is published, marked so. Returns the run's `web` section."""
+    import shutil
+
+    from mtonnx.web.export import write_web
+    from mtonnx.web.parity import node_parity
+
+    out = where.run_dir / WEB
+    if family != "marian":
+        return {"published": False, "reason": f"the web export covers Marian models; this one is {family}"}
+    optimum_dir = where.run_dir / "export_optimum"
+    artefacts.optimum_export(where.model_dir, optimum_dir, log)
+    manifest = write_web(
+        optimum_dir, optimum_dir, out, model=model, variant="fp32", source_prefix=settings.source_prefix
+    )
+    gate = node_parity(out, optimum_dir, sources, settings.generation.num_beams, settings.source_prefix)
+    section = {
+        "variant": manifest["variant"],
+        "dtype": manifest["dtype"],
+        "size_mb": round(sum(manifest["sizes"].values()) / 1e6, 1),
+        "page": manifest["page"],
+        "node": gate,
+        "published": gate["gate"] != "fail",
+    }
+    if not section["published"]:
+        shutil.rmtree(out)
+        section["reason"] = "Node's tokens differ from the Python runtime's"
+    return section
+
+
 def publish(
     where: Where,
     settings: Settings,
@@ -237,8 +274,10 @@ def publish(
     model: str,
     family: str,
     data: str,
+    web: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The publishing stage: `deploy/` with the recommended variant's files and its model card; the card's facts."""
+    """The publishing stage: `deploy/` with the recommended variant's files, the web export when `web` (the web
+    stage's section) says it is published, and the model card; the card's facts."""
     from mtonnx import deploy
     from mtonnx.runtime import Translator
 
@@ -256,8 +295,10 @@ def publish(
         layout_name=Translator(where.variants_dir / recommended).layout,
         run=relative(where.run_dir.resolve(), where.root.resolve()),
         source_prefix=settings.source_prefix,
+        web=web,
     )
-    deploy.publish(where.run_dir, where.variants_dir / recommended, facts)
+    published = web is not None and web.get("published")
+    deploy.publish(where.run_dir, where.variants_dir / recommended, facts, where.run_dir / WEB if published else None)
     return facts
 
 
@@ -282,6 +323,11 @@ def quant_section(result: Result) -> dict[str, Any]:
     }
 
 
+def web_section(result: Result) -> dict[str, Any]:
+    """What the run records under `web`: the web stage's section (the export, its page and its gate in Node)."""
+    return result.facts.get("web") or {}
+
+
 def deploy_section(result: Result) -> dict[str, Any]:
     """What the run records under `deploy`: the variant, the directory and the layout the runtime loads."""
     return {"variant": result.recommended, "dir": layout.DEPLOY, "layout": result.facts["layout"]}
@@ -299,8 +345,8 @@ def run(
     only_fp32: bool = False,
     log: Callable[[str], None] = print,
 ) -> Result:
-    """Every stage in order: variants → gates → objective → recommendation → deploy/. GatesFailed (after the
-    gates, with everything built kept) when no variant besides fp32 passes them all."""
+    """Every stage in order: variants → gates → objective → recommendation → web export → deploy/. GatesFailed
+    (after the gates, with everything built kept) when no variant besides fp32 passes them all."""
     measured = bench(settings, sources, references)
     variants = build(where, settings, only_fp32, log)
     gated = gate(measured, where, variants, settings, log)
@@ -309,7 +355,18 @@ def run(
         raise GatesFailed(problem)
     timed = objective(measured, where, gated, settings)
     recommended, reason = recommend(timed, settings, measured.objective)
+    exported = web(where, settings, sources, model=model, family=family, log=log)
     facts = publish(
-        where, settings, gated, timed, recommended, reason, measured.objective, model=model, family=family, data=data
+        where,
+        settings,
+        gated,
+        timed,
+        recommended,
+        reason,
+        measured.objective,
+        model=model,
+        family=family,
+        data=data,
+        web=exported,
     )
     return Result(variants, gated, timed, recommended, reason, measured.objective, facts)

@@ -40,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--max-body-bytes", type=int, help="largest request body (default 1000000)")
     parser.add_argument("--max-items", type=int, help="most texts (items of q) per request (default 128)")
     parser.add_argument("--max-chars", type=int, help="most characters per text (default 5000)")
+    parser.add_argument("--web", action="store_true", help="also serve the model's web page (deploy/web) at /web/")
     return parser
 
 
@@ -80,6 +81,13 @@ def main(args: argparse.Namespace) -> int:
         translator.check_prefix(settings.source_prefix)  # every piece carries it: it must leave room for text
     except ValueError as err:
         return _fail(str(err))
+    if getattr(args, "web", False):
+        from mtonnx.serve.web import page_dir
+
+        try:
+            web = page_dir(settings.model_dir)
+        except ValueError as err:
+            return _fail(str(err))
     try:
         sock = server.listen(settings.host, settings.port)
     except OSError as err:
@@ -88,6 +96,11 @@ def main(args: argparse.Namespace) -> int:
 
     server.configure_logging()
     app = create_app(translator, settings)
+    if getattr(args, "web", False):
+        from mtonnx.serve.web import MOUNT, mount_page
+
+        mount_page(app, web)
+        print(f"the web page: http://{settings.host}:{settings.port}{MOUNT}/", file=sys.stderr)
     return server.run(
         app, sock, settings.request_timeout_s, settings.header_timeout_s, on_shutdown=app.state.service.drain
     )
