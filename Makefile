@@ -74,7 +74,7 @@ docs-refresh: $(STAMP) js
 
 # The whole lab at the real model's scale (params/opus-shape.yaml), each notebook's time published into docs/ and
 # written into README.md.
-scale-refresh: $(STAMP)
+scale-refresh: $(STAMP) js
 	$(PYTHON) -m mtonnx run --params params/opus-shape.yaml
 	$(PYTHON) -m mtonnx.lab.docs timings outputs/opus-shape docs README.md
 

@@ -26,7 +26,9 @@ ENGINES = ("python", "node", "chromium-wasm")
 BATCH = 8
 
 
-def web_speed(web_dir: str | Path, onnx_dir: str | Path, texts: list[str], beams: int, repeats: int) -> dict[str, Any]:
+def web_speed(
+    web_dir: str | Path, onnx_dir: str | Path, texts: list[str], beams: int, max_new_tokens: int, repeats: int
+) -> dict[str, Any]:
     """Seconds per repetition of each runtime on `texts`, words per second (medians) and the paired ratios of each
     JavaScript runtime's time to Python's (above 1: slower than Python)."""
     python = Translator(onnx_dir, decoder="merged", session=SessionSettings(threads=1))
@@ -38,13 +40,13 @@ def web_speed(web_dir: str | Path, onnx_dir: str | Path, texts: list[str], beams
         def once(engine: str) -> float:
             if engine == "python":
                 start = time.perf_counter()
-                python.generate_sorted(encoded, BATCH, num_beams=beams)
+                python.generate_sorted(encoded, BATCH, num_beams=beams, max_new_tokens=max_new_tokens)
                 return time.perf_counter() - start
             if engine == "node":
                 start = time.perf_counter()
-                node.generate(order, num_beams=beams, batch_size=BATCH)
+                node.generate(order, num_beams=beams, max_new_tokens=max_new_tokens, batch_size=BATCH)
                 return time.perf_counter() - start
-            return page.generate(order, num_beams=beams)[2]
+            return page.generate(order, num_beams=beams, max_new_tokens=max_new_tokens)[2]
 
         for engine in ENGINES:
             once(engine)  # warm-up

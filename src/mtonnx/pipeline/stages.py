@@ -247,7 +247,10 @@ def web(
     manifest = write_web(
         optimum_dir, optimum_dir, out, model=model, variant="fp32", source_prefix=settings.source_prefix
     )
-    gate = node_parity(out, optimum_dir, sources, settings.generation.num_beams, settings.source_prefix)
+    generation = settings.generation
+    gate = node_parity(
+        out, optimum_dir, sources, generation.num_beams, generation.max_new_tokens, settings.source_prefix
+    )
     section = {
         "variant": manifest["variant"],
         "dtype": manifest["dtype"],

@@ -132,8 +132,10 @@ def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[
     write_web(optimum, optimum, out, model=facts["model"], variant="fp32", source_prefix=prefix)
     translations = run_dir / "variants" / layout.TRANSLATIONS
     sources = json.loads(translations.read_text(encoding="utf-8"))["sources"] if translations.is_file() else []
+    params = json.loads((run_dir / "env.json").read_text(encoding="utf-8")).get("params", {}).get("generation", {})
     generation = json.loads((optimum / "generation_config.json").read_text(encoding="utf-8"))
-    gate = node_parity(out, optimum, sources, generation.get("num_beams", 1), prefix)
+    beams = params.get("num_beams") or generation.get("num_beams", 1)
+    gate = node_parity(out, optimum, sources, beams, params.get("max_new_tokens", 64), prefix)
     if gate["gate"] == "fail":
         shutil.rmtree(out)
         raise WebExportError(f"{run_dir}: Node's tokens differ from the Python runtime's ({gate}): no web export kept")

@@ -32,10 +32,16 @@ EDGE_CASES = [  # inputs on which a tokenizer's normalization or lattice can go 
 
 
 def node_parity(
-    web_dir: str | Path, onnx_dir: str | Path, sources: list[str], beams: int, source_prefix: str = ""
+    web_dir: str | Path,
+    onnx_dir: str | Path,
+    sources: list[str],
+    beams: int,
+    max_new_tokens: int,
+    source_prefix: str = "",
 ) -> dict[str, Any]:
     """{gate, sentences, tokenizer, greedy, beam<beams>: how many of the sentences agree} or {gate: not measured,
-    reason}; gate `pass` only when every id list is equal."""
+    reason}; gate `pass` only when every id list is equal. Both translate with the run's `max_new_tokens`: a
+    generation config's max_length (512 for opus-mt) would let an untrained model decode hundreds of steps."""
     problem = unavailable()
     if problem:
         return {"gate": "not measured", "reason": problem}
@@ -45,8 +51,8 @@ def node_parity(
     with NodeRuntime(web_dir) as node:
         result["tokenizer"] = sum(a == b for a, b in zip(node.encode(sources, source_prefix), encoded))
         for name, n in (("greedy", 1), (f"beam{beams}", beams)):
-            expected = python.generate_sorted(encoded, 8, num_beams=n)
-            ids, _ = node.generate(sources, num_beams=n)
+            expected = python.generate_sorted(encoded, 8, num_beams=n, max_new_tokens=max_new_tokens)
+            ids, _ = node.generate(sources, num_beams=n, max_new_tokens=max_new_tokens)
             result[name] = sum(a == b for a, b in zip(ids, expected))
     counts = [v for k, v in result.items() if k != "sentences"]
     result["gate"] = "pass" if all(c == len(sources) for c in counts) else "fail"
