@@ -169,15 +169,6 @@ METRICS: tuple[Metric, ...] = (
     Metric("web.node.reason", IDENTITY),
     Metric("web.node.*", QUALITY, "sentences identical", HIGHER),
     Metric("web.*", IDENTITY),
-    # 13 · the same model from JavaScript: tokenizers against the runtime, Transformers.js, speed in three runtimes
-    Metric("javascript.tokenizer.*", QUALITY, "sentences whose ids differ", LOWER),
-    Metric("javascript.transformersjs.sentences", IDENTITY, "count"),
-    Metric("javascript.transformersjs.*", QUALITY, "sentences identical", HIGHER),
-    Metric("javascript.speed.words_per_second.*", TIMING, "words/s", HIGHER),
-    Metric("javascript.speed.vs_python.**", TIMING, "ratio", LOWER),
-    Metric("javascript.speed.seconds.**", TIMING, "s", LOWER),
-    Metric("javascript.speed.page_load_s", TIMING, "s", LOWER),
-    Metric("javascript.speed.*", IDENTITY),
     # 07 · the peers: timings, ratios of timings and the verdicts read off them; the bound; memory
     Metric("bench.results", TIMING, "rows"),
     Metric("bench.ratio.*", TIMING, "ratio", HIGHER),

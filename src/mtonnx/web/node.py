@@ -1,6 +1,6 @@
 """The JavaScript runtime (js/) driven from Python: one Node process per web export, JSON lines both ways.
 
-Tests, the pipeline and lesson 13 ask it for ids (`encode`) and translations (`generate`) and hold them against the
+Tests and the pipeline ask it for ids (`encode`) and translations (`generate`) and hold them against the
 Python runtime's. The runtime lives in the checkout's js/ with its pinned packages (`make js`: npm ci);
 `unavailable()` says why it cannot run here, so a caller can skip with the reason.
 """

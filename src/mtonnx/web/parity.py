@@ -9,7 +9,6 @@ still written, marked unchecked, since a machine without Node is no evidence aga
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -57,37 +56,3 @@ def node_parity(
     counts = [v for k, v in result.items() if k != "sentences"]
     result["gate"] = "pass" if all(c == len(sources) for c in counts) else "fail"
     return result
-
-
-TOKENIZERS = ("node", "tokenizer_json", "without_normalizer")  # tokenizer_cases' columns besides the runtime's
-
-
-def tokenizer_cases(web_dir: str | Path, model_dir: str | Path, texts: list[str]) -> list[dict[str, Any]]:
-    """Per text, the ids of: the Python runtime (the reference), Node (js/), the web export's tokenizer.json in Rust
-    `tokenizers` as it is, and the same file without its normalizer, as Transformers.js's own conversion writes
-    it; and which of the last three differ from the reference. Node is left out (None) when it cannot run here."""
-    import tokenizers
-
-    from mtonnx.runtime.tokenizer import MarianSpmTokenizer
-
-    spec = json.loads((Path(web_dir) / "tokenizer.json").read_text(encoding="utf-8"))
-    as_is = tokenizers.Tokenizer.from_str(json.dumps(spec))
-    bare = tokenizers.Tokenizer.from_str(json.dumps({**spec, "normalizer": None}))
-    python = MarianSpmTokenizer(model_dir)
-    node_ids: list[list[int] | None] = [None] * len(texts)
-    if unavailable() is None:
-        with NodeRuntime(web_dir) as node:
-            node_ids = node.encode(texts, "")
-    rows = []
-    for text, js in zip(texts, node_ids):
-        reference = python.encode(text)
-        row = {
-            "text": text,
-            "runtime": reference,
-            "node": js,
-            "tokenizer_json": as_is.encode(text).ids,
-            "without_normalizer": bare.encode(text).ids,
-        }
-        row["differ"] = [k for k in TOKENIZERS if row[k] not in (None, reference)]
-        rows.append(row)
-    return rows
