@@ -135,8 +135,9 @@ function topK(values, k) {
 }
 
 /**
- * The `keep` best continuations of one sentence over its beams' scores: [flat index, score], best first, ties to
- * the lower flat index (beam * vocab + token), as `_candidates_full` in Python.
+ * The `keep` best continuations of one sentence over its beams' scores (`runningScores`: the sentence's, one per
+ * beam): [flat index, score], best first, ties to the lower flat index (beam * vocab + token), as
+ * `_candidates_full` in Python.
  */
 function candidates(logits, sentence, beams, vocab, runningScores, curLen, s, keep) {
   // A binary heap would be faster; a selection over beams x vocab keeps the rule visible and is fast enough.
@@ -146,7 +147,7 @@ function candidates(logits, sentence, beams, vocab, runningScores, curLen, s, ke
     const row = logits.subarray(r * vocab, (r + 1) * vocab);
     logSoftmax(row);
     processRow(row, curLen, s);
-    const running = runningScores[r];
+    const running = runningScores[b];
     for (let t = 0; t < vocab; t++) {
       const score = f32(row[t] + running);
       if (best.length === keep && !(score > best[keep - 1][1])) continue; // ties: the earlier (lower) index stays
@@ -187,9 +188,7 @@ export async function beamSearch(run, batch, s) {
     let allHit = true;
     for (let i = 0; i < batch; i++) {
       const st = sentences[i];
-      const flatRunning = new Float32Array(batch * k);
-      for (let b = 0; b < k; b++) flatRunning[i * k + b] = st.runningScores[b];
-      const cands = candidates(logits, i, k, vocab, flatRunning, curLen, s, keep);
+      const cands = candidates(logits, i, k, vocab, st.runningScores, curLen, s, keep);
       const candBeam = cands.map(([flat]) => Math.floor(flat / vocab));
       const candToken = cands.map(([flat]) => flat % vocab);
       const candScores = cands.map(([, score]) => score);
