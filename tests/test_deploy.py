@@ -169,5 +169,16 @@ def test_the_card_says_what_the_web_export_ships_and_how_its_gate_went(hand_expo
     assert (tmp_path / layout.DEPLOY / "web" / "onnx" / "encoder_model.onnx").read_bytes() == b"x"
     unmeasured = {**section, "node": {"gate": "not measured", "reason": "node is not installed"}}
     assert any("not measured (node is not installed)" in line for line in deploy.web_lines(unmeasured, "r"))
+    fidelity = {"same_as_fp32": 0.9, "same_as_fp32_ci": [0.85, 0.95], "chrf_vs_fp32": 97.1}
+    q8 = {"node": gate, "fidelity": fidelity, "fidelity_gate": "pass"}
+    browser = {"gate": "pass", "dtype": "q8", "sentences": 50, "same_as_node": 50, "fidelity": fidelity}
+    shipped = deploy.web_lines(
+        {**section, "variant": "int8-rows", "dtype": "q8", "node": gate, "q8": q8, "browser": browser}, "r"
+    )
+    assert any(
+        "int8's fidelity to fp32 in Node: **pass**; 90.0% identical, 95 % CI [85.0%, 95.0%]" in x for x in shipped
+    )
+    assert any("The page in Chromium (q8): 50 of 50 sentences identical to Node's: **pass**" in x for x in shipped)
+    assert any("Transformers.js (dtype `q8`)" in x and "int8-rows (31.9 MB)" in x for x in shipped)
     failed = {"published": False, "reason": "Node's tokens differ from the Python runtime's"}
     assert deploy.web_lines(failed, "r")[2] == "No web export: Node's tokens differ from the Python runtime's."

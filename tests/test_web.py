@@ -11,31 +11,48 @@ import shutil
 from pathlib import Path
 
 import httpx
+import onnx
 import pytest
 import tokenizers
+from onnxruntime.quantization import QuantType, quantize_dynamic
 
 from conftest import REPO, needs_browser, needs_node, run_cli
 from mtonnx.data import eval_set
 from mtonnx.lab.webpage import PageSession
+from mtonnx.passes.row_scales import graphs
+from mtonnx.runtime import layout
 from mtonnx.runtime.tokenizer import MarianSpmTokenizer
 from mtonnx.runtime.translator import Translator
 from mtonnx.serve.process import ServiceProcess
-from mtonnx.web.export import ISOLATION_HEADERS, MANIFEST, write_web
+from mtonnx.web.doctor import diagnose_web
+from mtonnx.web.export import ISOLATION_HEADERS, MANIFEST, keep_precision, write_web
 from mtonnx.web.node import NodeRuntime
-from mtonnx.web.parity import EDGE_CASES
+from mtonnx.web.parity import EDGE_CASES, web_gate
+from mtonnx.web.quantized import build_int8
+from mtonnx.web.tokenizer_json import marian_tokenizer_json
 
 HSK = REPO / "models" / "hsk-enzh"
 EVAL = {"eval_split": "test", "hsk_size": "all", "techdocs_size": "all"}
 # Marian looks up the text of a run of uncovered characters in vocab.json, which a tokenizer.json cannot say: a
 # loader that takes the file as it is gives the target side's pieces for the run. The JavaScript runtime adds it.
-RUST_DIFFERS = {"Hello 世界 world"}
+# A `>>id<<` code is an added token (Transformers.js keeps a prefix whole), so Rust keeps one inside the text whole
+# too, where Marian reads text; the JavaScript runtime keeps it whole only at the start, as Marian does.
+RUST_DIFFERS = {"Hello 世界 world", "A code >>cmn_Hans<< inside the text"}
 
 
 @pytest.fixture(scope="module")
-def web_dir(hsk_optimum) -> Path:
-    """The default model's web export, where deploy/ keeps it: inside the model directory it was made from."""
+def web_dir(hsk_optimum, int8_dir) -> Path:
+    """The default model's web export with both precisions (fp32 loads by default), where deploy/ keeps it: inside
+    the model directory it was made from."""
     out = hsk_optimum / "web"
-    write_web(hsk_optimum, hsk_optimum, out, model="hsk-enzh", variant="fp32")
+    write_web(hsk_optimum, hsk_optimum, out, model="hsk-enzh", variant="fp32", quantized=int8_dir)
+    return out
+
+
+@pytest.fixture(scope="module")
+def int8_dir(hsk_optimum) -> Path:
+    out = hsk_optimum.parent / "web_int8"
+    build_int8(hsk_optimum, out)
     return out
 
 
@@ -59,6 +76,58 @@ def test_the_tokenizer_json_gives_the_runtime_ids_in_rust_tokenizers(web_dir, so
     assert set(differ) == RUST_DIFFERS
     normalizer = json.loads((web_dir / "tokenizer.json").read_text(encoding="utf-8"))["normalizer"]["normalizers"][0]
     assert normalizer["type"] == "Precompiled" and len(normalizer["precompiled_charsmap"]) > 1000
+
+
+def test_a_leading_language_code_stays_whole_in_rust_tokenizers(hand_export):
+    rust = tokenizers.Tokenizer.from_str(json.dumps(marian_tokenizer_json(hand_export)))
+    python = MarianSpmTokenizer(hand_export)
+    for text in (">>cmn_Hans<< Run it.", ">>yue_Hant<< Where is the station?"):
+        assert rust.encode(text).ids == python.encode(text), text
+    assert rust.encode(">>cmn_Hans<< Run it.").tokens[0] == ">>cmn_Hans<<"
+
+
+def _doctor(web_dir: Path) -> dict[str, tuple[str, str]]:
+    return {r["check"].removeprefix("web: "): (r["status"], r["evidence"]) for r in diagnose_web(web_dir)}
+
+
+def test_doctor_passes_the_web_export_and_names_each_javascript_pitfall(web_dir, int8_dir, hsk_optimum, tmp_path):
+    assert {k: v[0] for k, v in _doctor(web_dir).items()} == {
+        "the files web.json names": "ok",
+        "tokenizer.json keeps the normalizer": "ok",
+        "ids and masks are int64": "ok",
+        "the >>id<< target-language prefix": "warn",  # the default model's vocabulary has codes it was not trained with
+        "logits over the whole vocabulary": "ok",
+        "int8 in both decoder branches, one scale per row": "ok",
+        "the page loads offline": "ok"
+        if json.loads((web_dir / MANIFEST).read_text())["page"] == "index.html"
+        else "warn",
+    }
+    broken = tmp_path / "broken"
+    shutil.copytree(web_dir, broken)
+    spec = json.loads((broken / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["normalizer"] = {"type": "Precompiled", "precompiled_charsmap": None}  # Transformers.js's own conversion
+    spec["added_tokens"] = [t for t in spec["added_tokens"] if not t["content"].startswith(">>")]
+    (broken / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    found = _doctor(broken)
+    assert found["tokenizer.json keeps the normalizer"][0] == "fail"
+    assert found["the >>id<< target-language prefix"] == (
+        "fail",
+        "6 of 6 codes (e.g. >>cmn_Hans<<) are not added tokens: Transformers.js cuts them into pieces",
+    )
+    (broken / "onnx" / "encoder_model.onnx").unlink()
+    assert _doctor(broken) == {"the files web.json names": ("fail", "onnx/encoder_model.onnx is missing")}
+    plain = tmp_path / "per-tensor"  # quantize_dynamic as tutorials call it: one scale per tensor, no subgraphs
+    plain.mkdir()
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        quantize_dynamic(str(hsk_optimum / name), str(plain / name), weight_type=QuantType.QInt8)
+    write_web(hsk_optimum, hsk_optimum, tmp_path / "q8", model="m", variant="int8", dtype="q8", quantized=plain)
+    status, evidence = _doctor(tmp_path / "q8")["int8 in both decoder branches, one scale per row"]
+    assert status == "fail" and evidence.startswith("DynamicQuantizeLinear x")
+    write_web(hsk_optimum, hsk_optimum, tmp_path / "rows", model="m", variant="int8", dtype="q8", quantized=int8_dir)
+    assert _doctor(tmp_path / "rows")["int8 in both decoder branches, one scale per row"] == (
+        "ok",
+        "2 branches with per-row integer products",
+    )
 
 
 def test_the_web_export_holds_what_transformersjs_loads(web_dir):
@@ -86,6 +155,17 @@ def test_node_generates_the_runtime_tokens_on_the_whole_eval_set(node, hsk_optim
     assert texts == [python.tokenizer.decode(row) for row in expected]
 
 
+def test_node_generates_the_runtime_int8_tokens_on_the_whole_eval_set(web_dir, int8_dir, sources):
+    needs_node()
+    python = Translator(int8_dir, decoder="merged")  # int8 amplifies a fusion's other summation order: js/ skips it too
+    encoded = [python.tokenizer.encode(t) for t in sources]
+    with NodeRuntime(web_dir, "q8") as node:
+        for beams in (1, 4):
+            ids, _ = node.generate(sources, num_beams=beams, max_new_tokens=32)
+            expected = python.generate_sorted(encoded, 8, num_beams=beams, max_new_tokens=32)
+            assert [i for i, (a, b) in enumerate(zip(ids, expected)) if a != b] == [], beams
+
+
 def test_transformersjs_loads_the_web_export_offline_and_translates_as_greedy_does(node, hsk_optimum, sources):
     python = Translator(hsk_optimum, decoder="merged")
     texts = sources[:50]
@@ -94,6 +174,65 @@ def test_transformersjs_loads_the_web_export_offline_and_translates_as_greedy_do
         for r in python.generate_sorted([python.tokenizer.encode(t) for t in texts], 8, num_beams=1, max_new_tokens=64)
     ]
     assert node.transformersjs(texts, max_new_tokens=64) == expected
+
+
+def test_the_int8_web_files_quantize_both_decoder_branches_one_row_at_a_time(int8_dir, sources):
+    for name in ("encoder_model.onnx", "decoder_model_merged.onnx"):
+        every = graphs(onnx.load(str(int8_dir / name)).graph)
+        ops = [n.op_type for g in every for n in g.node]
+        assert "DynamicQuantizeLinear" not in ops and "MatMulInteger" not in ops, name  # no scale shared by rows
+        products = [sum(n.op_type == "MatMulIntegerToFloat" for n in g.node) for g in every]
+        assert all(products[1:]) if name.startswith("decoder") else products[0] > 0, (name, products)
+    python = Translator(int8_dir, decoder="merged")
+    texts = sources[:40]
+    batched = python.translate(texts, num_beams=4)
+    assert [python.translate([t], num_beams=4)[0] for t in texts] == batched  # a row's tokens ignore its neighbours
+
+
+def test_the_web_gate_ships_int8_only_when_node_the_page_and_its_fidelity_agree(
+    hsk_optimum, int8_dir, sources, tmp_path
+):
+    needs_node()
+    needs_browser()
+    out, texts = tmp_path / "web", sources[:100]
+    write_web(hsk_optimum, hsk_optimum, out, model="hsk-enzh", variant="fp32", quantized=int8_dir)
+    gate = web_gate(out, hsk_optimum, texts, 4, 32, 0.8, quantized_dir=int8_dir, page=PageSession)
+    assert gate["node"]["gate"] == gate["q8"]["node"]["gate"] == "pass" and gate["q8"]["node"]["beam4"] == 100
+    fidelity = gate["q8"]["fidelity"]
+    assert fidelity["same_as_fp32_ci"][0] >= 0.8 and gate["q8"]["fidelity_gate"] == "pass" and gate["dtype"] == "q8"
+    page = gate["browser"]  # the page on the int8 files, in WASM, against Node on them
+    assert (page["dtype"], page["same_as_node"], page["sentences"], page["gate"]) == ("q8", 50, 50, "pass")
+    strict = web_gate(out, hsk_optimum, texts, 4, 32, 1.0, quantized_dir=int8_dir)  # every sentence must match
+    assert fidelity["same_as_fp32"] < 1.0 and strict["q8"]["fidelity_gate"] != "pass" and strict["dtype"] == "fp32"
+    assert strict["browser"] == {
+        "gate": "not measured",
+        "reason": "no browser given (Chromium through Playwright is the lab's)",
+    }
+    manifest = keep_precision(out, gate["dtype"], "int8-rows")
+    assert manifest["files"]["decoder"] == "onnx/decoder_model_merged_quantized.onnx"
+    assert sorted(p.name for p in (out / "onnx").iterdir()) == [
+        "decoder_model_merged_quantized.onnx",
+        "encoder_model_quantized.onnx",
+    ]
+
+
+def test_export_web_gives_an_earlier_run_the_int8_web_export_its_gates_chose(hsk_optimum, sources, tmp_path):
+    needs_node()
+    needs_browser()
+    run = tmp_path / "run"
+    shutil.copytree(hsk_optimum, run / "export_optimum", ignore=shutil.ignore_patterns("web"))
+    deployed = {"model": "hsk-enzh", "family": "marian", "variant": "int8-rows-tuned", "source_prefix": ""}
+    (run / "deploy").mkdir()
+    (run / "deploy" / "deploy.json").write_text(json.dumps(deployed), encoding="utf-8")
+    params = {"generation": {"num_beams": 4, "max_new_tokens": 32}, "quant": {"fidelity_min": 0.8}}
+    (run / "env.json").write_text(json.dumps({"params": params}), encoding="utf-8")
+    (run / "variants").mkdir()
+    (run / "variants" / layout.TRANSLATIONS).write_text(json.dumps({"sources": sources[:60]}), encoding="utf-8")
+    done = run_cli("export-web", str(run), timeout=600)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((run / "deploy" / "web" / MANIFEST).read_text(encoding="utf-8"))
+    assert (manifest["variant"], manifest["dtype"]) == ("int8-rows", "q8")
+    assert done.stdout.startswith(f"web export: {run / 'deploy' / 'web'}, int8-rows (q8); gate pass: Node fp32 pass")
 
 
 def test_export_web_refuses_a_directory_without_an_optimum_export_in_one_line(tmp_path):

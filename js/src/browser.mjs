@@ -7,7 +7,7 @@
 
 import * as ort from "onnxruntime-web";
 
-import { Translator } from "./translator.mjs";
+import { filesOf, Translator } from "./translator.mjs";
 
 /** The bytes of a URL, reporting each chunk's size to `onChunk` as it arrives. */
 async function fetchBytes(url, onChunk) {
@@ -32,17 +32,20 @@ async function fetchBytes(url, onChunk) {
   return bytes;
 }
 
-/** A Translator of the web export at `base` (a URL ending in /); `onProgress(loaded, total)` follows the download. */
-export async function loadTranslator(base, onProgress = () => {}) {
+/**
+ * A Translator of the web export at `base` (a URL ending in /), on its `dtype` precision (default: the one web.json
+ * ships); `onProgress(loaded, total)` follows the download of its two ONNX files.
+ */
+export async function loadTranslator(base, onProgress = () => {}, dtype = null) {
   ort.env.wasm.wasmPaths = new URL("vendor/", base).href;
   ort.env.wasm.numThreads = globalThis.crossOriginIsolated ? Math.min(4, navigator.hardwareConcurrency || 1) : 1;
-  const manifest = JSON.parse(new TextDecoder().decode(await fetchBytes(new URL("web.json", base), () => {})));
-  const total = Object.values(manifest.sizes ?? {}).reduce((a, b) => a + b, 0);
+  const manifest = filesOf(JSON.parse(new TextDecoder().decode(await fetchBytes(new URL("web.json", base), () => {}))), dtype);
+  const total = Object.values(manifest.files).reduce((sum, name) => sum + (manifest.sizes?.[name] ?? 0), 0);
   let loaded = 0;
   const read = (name) =>
     fetchBytes(new URL(name, base), (n) => {
       loaded += n;
       onProgress(loaded, total);
     });
-  return Translator.load(ort, read);
+  return Translator.load(ort, read, {}, dtype);
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
- * `node js/src/cli.mjs WEB_DIR`: the JavaScript runtime over JSON lines, for tests and the lesson.
+ * `node js/src/cli.mjs WEB_DIR [DTYPE]`: the JavaScript runtime over JSON lines, for tests and the lesson, on
+ * the web export's DTYPE precision (default: the one its web.json ships).
  *
  * Each stdin line is a request, each stdout line its answer:
  * - {"encode": [texts]} -> {"ids": [[ids]]}: the tokenizer's ids (the source prefix, pieces, eos);
@@ -16,12 +17,12 @@ import readline from "node:readline";
 
 import { loadTranslator } from "./node.mjs";
 
-const [directory] = process.argv.slice(2);
+const [directory, dtype = null] = process.argv.slice(2);
 if (!directory) {
-  process.stderr.write("usage: node js/src/cli.mjs WEB_DIR\n");
+  process.stderr.write("usage: node js/src/cli.mjs WEB_DIR [DTYPE]\n");
   process.exit(2);
 }
-const translator = await loadTranslator(directory, { intraOpNumThreads: 1, interOpNumThreads: 1 });
+const translator = await loadTranslator(directory, { intraOpNumThreads: 1, interOpNumThreads: 1 }, dtype);
 
 let pipe = null; // Transformers.js's translation pipeline, loaded on its first request
 
@@ -30,8 +31,8 @@ async function transformersjs(texts, maxNewTokens, batch = false) {
     const { env, pipeline } = await import("@huggingface/transformers");
     env.allowRemoteModels = false;
     env.localModelPath = path.dirname(path.resolve(directory));
-    const dtype = translator.manifest.dtype;
-    pipe = await pipeline("translation", path.basename(path.resolve(directory)), { dtype, device: "cpu" });
+    const precision = translator.manifest.dtype;
+    pipe = await pipeline("translation", path.basename(path.resolve(directory)), { dtype: precision, device: "cpu" });
   }
   // One text per call: in a batch, Transformers.js's greedy output can keep the tokens a row generated after its
   // eos (the row went on while its neighbours were unfinished), so a sentence's translation depends on its batch.

@@ -7,12 +7,16 @@
  * step returns is kept as it is: beams only move within their sentence, whose rows share one source.
  */
 
+// ORT's fusions minus SkipLayerNormFusion, as the Python runtime's sessions (runtime/sessions.py): that fusion sums
+// in another order, and int8 amplifies the last bits, so with it some sentences get other tokens than in Python.
+const DISABLED = { optimization: { disable_specified_optimizers: "SkipLayerNormFusion" } };
+
 const CACHE = /^past_key_values\.(\d+)\.(decoder|encoder)\.(key|value)$/;
 
 export class Seq2SeqModel {
   /** `ort` is the onnxruntime module; `files` maps a file name to its bytes (Uint8Array) or a path. */
   static async load(ort, files, config, sessionOptions = {}) {
-    const options = { executionProviders: ["cpu"], graphOptimizationLevel: "all", ...sessionOptions };
+    const options = { executionProviders: ["cpu"], graphOptimizationLevel: "all", extra: DISABLED, ...sessionOptions };
     const encoder = await ort.InferenceSession.create(files.encoder, options);
     const decoder = await ort.InferenceSession.create(files.decoder, options);
     return new Seq2SeqModel(ort, encoder, decoder, config);

@@ -6,7 +6,7 @@ import * as ort from "onnxruntime-node";
 
 import { Translator } from "./translator.mjs";
 
-/** A Translator of the web export in `directory`. */
-export function loadTranslator(directory, sessionOptions = {}) {
-  return Translator.load(ort, (name) => readFile(path.join(directory, name)), sessionOptions);
+/** A Translator of the web export in `directory`, on its `dtype` precision (default: the one web.json ships). */
+export function loadTranslator(directory, sessionOptions = {}, dtype = null) {
+  return Translator.load(ort, (name) => readFile(path.join(directory, name)), sessionOptions, dtype);
 }

@@ -25,15 +25,18 @@ export class MarianTokenizer {
     this.pieces = model.vocab.map(([piece]) => piece);
     this.ids = new Map(this.pieces.map((piece, id) => [piece, id]));
     this.unkId = model.unk_id;
-    this.specialIds = new Set(tokenizerJson.added_tokens.filter((t) => t.special).map((t) => t.id));
+    const specials = tokenizerJson.added_tokens.filter((t) => t.special);
+    this.specialIds = new Set(specials.map((t) => t.id));
     this.eosId = this.ids.get("</s>");
     this.padId = this.ids.get("<pad>");
     this.target = new Set(targetIds);
-    const kept = new Set([model.unk_id, ...tokenizerJson.added_tokens.map((t) => t.id)]);
+    const kept = new Set([model.unk_id, ...specials.map((t) => t.id)]);
     const source = model.vocab.filter(([, score], id) => score !== UNREACHABLE || kept.has(id));
     const sourceModel = { ...model, vocab: source, unk_id: source.findIndex(([piece]) => piece === this.pieces[this.unkId]) };
-    const addedAt = new Map(tokenizerJson.added_tokens.map((t) => [t.content, source.findIndex(([p]) => p === t.content)]));
-    const added = tokenizerJson.added_tokens
+    const addedAt = new Map(specials.map((t) => [t.content, source.findIndex(([p]) => p === t.content)]));
+    // Only the special tokens: a `>>lang<<` code (an added token, so that Transformers.js keeps a prefix whole) counts
+    // only at the start, as in Marian, which `encode` sees to; elsewhere it is text.
+    const added = specials
       .map((t) => ({ ...t, id: addedAt.get(t.content) }))
       .filter((t) => t.id >= 0);
     this.source = new Tokenizer({ ...tokenizerJson, model: sourceModel, added_tokens: added, post_processor: null }, {});

@@ -10,10 +10,21 @@ import { MarianTokenizer } from "./tokenizer.mjs";
 
 const text = (bytes) => JSON.parse(new TextDecoder().decode(bytes));
 
+/** web.json with `files` and `dtype` set to the precision `dtype` (null: as it is); an Error naming the others. */
+export function filesOf(manifest, dtype) {
+  if (!dtype || dtype === manifest.dtype) return manifest;
+  const files = manifest.precisions?.[dtype];
+  if (!files) throw new Error(`this web export has no ${dtype} files: it has ${Object.keys(manifest.precisions ?? { [manifest.dtype]: 1 }).join(", ")}`);
+  return { ...manifest, dtype, files };
+}
+
 export class Translator {
-  /** Load a web export: `read(name)` gives the bytes of a file of it (web.json names the ONNX files). */
-  static async load(ort, read, sessionOptions = {}) {
-    const manifest = text(await read("web.json"));
+  /**
+   * Load a web export: `read(name)` gives the bytes of a file of it (web.json names the ONNX files). `dtype` picks
+   * one of its precisions (web.json's `precisions`); by default the one it ships (`dtype`).
+   */
+  static async load(ort, read, sessionOptions = {}, dtype = null) {
+    const manifest = filesOf(text(await read("web.json")), dtype);
     const [tokenizerJson, config, generation] = await Promise.all(
       ["tokenizer.json", "config.json", "generation_config.json"].map(async (name) => text(await read(name))),
     );

@@ -97,7 +97,9 @@ def build_parser() -> Parser:
     bench.add_argument("--only", help="comma-separated studies to run, e.g. peers,corpus (default: all; see --list)")
     bench.add_argument("--list", action="store_true", help="name the studies and what each measures, then stop")
     doctor = commands.add_parser("doctor", help="check an export directory against its source model")
-    doctor.add_argument("--model-dir", required=True, help="the export directory (hand, optimum, a variant, deploy/)")
+    doctor.add_argument(
+        "--model-dir", required=True, help="the export directory (hand, optimum, a variant, deploy/, deploy/web)"
+    )
     doctor.add_argument(
         "--source", help="the source model, a Hugging Face directory (default: the one the export's manifest names)"
     )
@@ -257,6 +259,8 @@ def _doctor(args: argparse.Namespace) -> int:
     import json
 
     from mtonnx.check.doctor import diagnose, format_table
+    from mtonnx.deploy.writer import WEB
+    from mtonnx.web.doctor import diagnose_web, is_web_export
 
     directory = Path(args.model_dir)
     if not directory.is_dir():
@@ -264,7 +268,12 @@ def _doctor(args: argparse.Namespace) -> int:
         print(f"mtonnx: error: --model-dir {args.model_dir} {what}: give an export, variant or deploy/ directory",
               file=sys.stderr)  # fmt: skip
         return 2
-    rows = diagnose(directory, args.source, tolerance=args.tolerance)
+    if is_web_export(directory):  # the JavaScript pitfalls only: the Python runtime does not load this layout
+        rows = diagnose_web(directory)
+    else:
+        rows = diagnose(directory, args.source, tolerance=args.tolerance)
+        if is_web_export(directory / WEB):  # deploy/ with its web export
+            rows += diagnose_web(directory / WEB)
     problem = _write_stdout(
         (json.dumps(rows, indent=2) if args.json else format_table(rows)) + "\n",
         "doctor's report",
@@ -514,15 +523,19 @@ def _extra(module: str, function: str):
 
 
 def _export_web(args: argparse.Namespace) -> int:
-    from mtonnx.web.export import WebExportError, export_run
+    from mtonnx.lab.webpage import PageSession
+    from mtonnx.web.gated import WebExportError, export_run
 
     try:
-        out, gate = export_run(args.run_dir, args.out)
+        out, web = export_run(args.run_dir, args.out, page=PageSession)
     except (WebExportError, FileNotFoundError, ValueError) as err:
         print(f"mtonnx: error: {err}", file=sys.stderr)
         return 2
-    counts = ", ".join(f"{k} {v}" for k, v in gate.items() if k not in ("gate", "sentences", "reason"))
-    print(f"web export: {out}; Node gate: {gate['gate']} ({gate.get('reason') or counts})")
+    checks = {"Node fp32": web["node"], "Node int8": web.get("q8", {}).get("node"), "page": web["browser"]}
+    said = "; ".join(
+        f"{name} {c['gate']}" + (f" ({c['reason']})" if "reason" in c else "") for name, c in checks.items() if c
+    )
+    print(f"web export: {out}, {web['variant']} ({web['dtype']}); gate {web['gate']}: {said}")
     return 0
 
 

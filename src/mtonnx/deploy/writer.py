@@ -180,25 +180,44 @@ def card(facts: dict[str, Any]) -> str:
 
 
 def web_lines(web: dict[str, Any] | None, run: str) -> list[str]:
-    """The card's section on the web export (none when the run made none): what it ships and its gate in Node."""
+    """The card's section on the web export (none when the run made none): what it ships, its gates in Node, its
+    int8 form's fidelity to fp32 and the page's check in a browser."""
     if not web:
         return []
     if not web.get("published"):
         return ["## In the browser and Node", "", f"No web export: {web['reason']}.", ""]
-    node = web["node"]
-    if node["gate"] == "not measured":
-        checked = f"Node against the Python runtime: not measured ({node['reason']})."
-    else:
-        counts = ", ".join(f"{k} {v}" for k, v in node.items() if k not in ("gate", "sentences"))
-        checked = f"Node against the Python runtime, sentences identical of {node['sentences']}: {counts}: "
-        checked += f"**{node['gate']}**."
-    return [
-        "## In the browser and Node",
-        "",
-        f"- `{layout.DEPLOY}/{WEB}/` holds the model for Transformers.js and mtonnx's JavaScript runtime (`js/`): "
-        f"{web['variant']} ({web['size_mb']} MB), not the deployed variant, whose in-place cache and cut lm_head have "
-        "no form in the layout Transformers.js loads."
+    lines = [
+        f"- `{layout.DEPLOY}/{WEB}/` holds the model for Transformers.js (dtype `{web['dtype']}`) and mtonnx's "
+        f"JavaScript runtime (`js/`): {web['variant']} ({web['size_mb']} MB), not the deployed variant, whose "
+        "in-place cache and cut lm_head have no form in the layout Transformers.js loads; its lm_head is the whole "
+        "vocabulary, in fp32."
         + (f" Its page: `mtonnx serve --run {run} --web`, then /web/." if web["page"] == "index.html" else ""),
-        f"- {checked}",
-        "",
+        f"- fp32 in Node against the Python runtime: {_gate_counts(web['node'])}",
     ]
+    q8 = web.get("q8")
+    if q8:
+        lines.append(f"- int8 in Node against the Python runtime: {_gate_counts(q8['node'])}")
+        if "fidelity" in q8:
+            f = q8["fidelity"]
+            lines.append(
+                f"- int8's fidelity to fp32 in Node: **{q8['fidelity_gate']}**; {f['same_as_fp32']:.1%} identical, "
+                f"95 % CI [{f['same_as_fp32_ci'][0]:.1%}, {f['same_as_fp32_ci'][1]:.1%}], chrF against fp32 "
+                f"{f['chrf_vs_fp32']}."
+            )
+    page = web.get("browser") or {}
+    if page.get("gate") == "not measured":
+        lines.append(f"- The page in a browser: not measured ({page['reason']}).")
+    elif page:
+        lines.append(
+            f"- The page in Chromium ({page['dtype']}): {page['same_as_node']} of {page['sentences']} sentences "
+            f"identical to Node's: **{page['gate']}**; {page['fidelity']['same_as_fp32']:.1%} identical to fp32."
+        )
+    return ["## In the browser and Node", "", *lines, ""]
+
+
+def _gate_counts(gate: dict[str, Any]) -> str:
+    """One gate of web_lines: its counts of identical sentences and its verdict, or why it was not measured."""
+    if gate["gate"] == "not measured":
+        return f"not measured ({gate['reason']})."
+    counts = ", ".join(f"{k} {v}" for k, v in gate.items() if k not in ("gate", "sentences"))
+    return f"sentences identical of {gate['sentences']}: {counts}: **{gate['gate']}**."

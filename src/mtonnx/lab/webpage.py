@@ -57,14 +57,15 @@ class PageSession(JsonLinesProcess):
     """The page of a web export, loaded in Chromium (a subprocess), as a context manager: `generate` asks it.
 
     `load_s` is how long the page took from navigation to a loaded model; `isolated` whether it was cross-origin
-    isolated (WASM on several threads)."""
+    isolated (WASM on several threads). `dtype` opens the page on another precision of the export (?dtype=)."""
 
     failure = GraphViewError
 
-    def __init__(self, web_dir: str | Path, isolated: bool = False):
+    def __init__(self, web_dir: str | Path, isolated: bool = False, dtype: str | None = None):
         if find_chromium() is None:
             raise GraphViewError("Chromium is not installed: apt-get install chromium")
         command = [sys.executable, "-m", "mtonnx.lab.webpage", str(web_dir), *(["--isolated"] if isolated else [])]
+        command += ["--dtype", dtype] if dtype else []
         super().__init__(command, new_session=True)
         ready = self.answer()
         self.load_s, self.isolated = ready["load_s"], ready["isolated"]
@@ -81,7 +82,7 @@ class PageSession(JsonLinesProcess):
         return answer["ids"], answer["texts"], answer["seconds"]
 
 
-def _serve_requests(web_dir: Path, isolated: bool) -> None:
+def _serve_requests(web_dir: Path, isolated: bool, dtype: str | None) -> None:
     """The subprocess: load the page, print its readiness, then answer each stdin line."""
     from playwright.sync_api import sync_playwright
 
@@ -95,7 +96,7 @@ def _serve_requests(web_dir: Path, isolated: bool) -> None:
             page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(origin) else r.abort())
             page.on("pageerror", lambda error: errors.append(str(error)))
             start = time.perf_counter()
-            page.goto(origin + "index.html")
+            page.goto(origin + "index.html" + (f"?dtype={dtype}" if dtype else ""))
             page.wait_for_function("window.mtonnx !== undefined")
             page.evaluate("window.mtonnx.ready.then(() => true)")
             ready = {"load_s": round(time.perf_counter() - start, 3), "isolated": page.evaluate("crossOriginIsolated")}
@@ -123,12 +124,13 @@ GENERATE = """async ([texts, options]) => {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mtonnx.lab.webpage WEB_DIR [--isolated]`: JSON lines on stdin, answers on stdout."""
+    """`python -m mtonnx.lab.webpage WEB_DIR [--isolated] [--dtype DTYPE]`: JSON lines on stdin, answers on stdout."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("web_dir")
     parser.add_argument("--isolated", action="store_true", help="serve with the cross-origin isolation headers")
+    parser.add_argument("--dtype", help="the export's precision to load (default: the one web.json ships)")
     args = parser.parse_args(argv)
-    _serve_requests(Path(args.web_dir), args.isolated)
+    _serve_requests(Path(args.web_dir), args.isolated, args.dtype)
     return 0
 
 

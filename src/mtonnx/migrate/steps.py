@@ -318,6 +318,7 @@ def pipeline(m: Migration) -> dict[str, Any]:
     --only-fp32), their gates, the objective beside the peers, the recommendation, deploy/ and its card. Unless
     --only-fp32, a variant besides fp32 must pass every gate."""
     from mtonnx import data
+    from mtonnx.lab.webpage import PageSession
     from mtonnx.pipeline import stages
     from mtonnx.settings import Settings
 
@@ -334,6 +335,7 @@ def pipeline(m: Migration) -> dict[str, Any]:
             family=m.results["load"]["family"],
             data=described,
             only_fp32=m.only_fp32,
+            page=PageSession,
             log=m.log,
         )
     except stages.GatesFailed as err:

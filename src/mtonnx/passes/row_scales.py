@@ -38,74 +38,102 @@ ROW_RANGE = ".row_range"  # the suffix of every per-row scale this pass writes; 
 MS_DOMAIN = "com.microsoft"
 
 
+def graphs(graph: onnx.GraphProto) -> list[onnx.GraphProto]:
+    """`graph` and every graph nested in its nodes (an If's branches: optimum's merged decoder keeps both steps
+    there), outermost first."""
+    found = [graph]
+    for node in graph.node:
+        for attribute in node.attribute:
+            nested = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+            for sub in nested:
+                found += graphs(sub)
+    return found
+
+
 def per_row_activations(model: onnx.ModelProto) -> int:
-    """Replace every DynamicQuantizeLinear of `model`'s main graph with per-row symmetric quantization;
-    returns how many were replaced. ValueError for an opset before 18 or a scale used other than as
+    """Replace every DynamicQuantizeLinear of `model`, in its main graph and its subgraphs, with per-row symmetric
+    quantization; returns how many were replaced. ValueError for an opset before 18 or a scale used other than as
     Mul(x_scale, weight scale initializer)."""
-    graph = model.graph
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < 18:
         raise ValueError(f"per-row activation scales need opset 18 or later (ReduceMax's axes input); this is {opset}")
-    targets = [n for n in graph.node if n.op_type == "DynamicQuantizeLinear"]
+    every = graphs(model.graph)
+    targets = [n for g in every for n in g.node if n.op_type == "DynamicQuantizeLinear"]
     if not targets:
         return 0
-    _fold_levels(graph, {n.output[1] for n in targets})
+    _fold_levels(every, {n.output[1] for n in targets})
     constants = {
         "row_scales.axis": np.array([-1], np.int64),
         "row_scales.step": np.array(1 / LEVELS, np.float32),
         "row_scales.zero_point": np.array(128, np.uint8),
     }
-    graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())
+    model.graph.initializer.extend(numpy_helper.from_array(v, k) for k, v in constants.items())  # seen by subgraphs
     renamed = {}
-    nodes = []
-    for node in graph.node:
-        if node.op_type != "DynamicQuantizeLinear":
-            nodes.append(node)
-            continue
-        x, (quantized, scale, zero_point) = node.input[0], node.output
-        row_range = scale + ROW_RANGE
-        renamed.update({scale: row_range, zero_point: "row_scales.zero_point"})
-        nodes += [
-            helper.make_node("Abs", [x], [quantized + ".abs"]),
-            helper.make_node("ReduceMax", [quantized + ".abs", "row_scales.axis"], [row_range], keepdims=1),
-            helper.make_node("Div", [x, row_range], [quantized + ".unit"]),
-            helper.make_node(
-                "QuantizeLinear", [quantized + ".unit", "row_scales.step", "row_scales.zero_point"], [quantized]
-            ),
-        ]
-    for node in nodes:
-        node.input[:] = [renamed.get(i, i) for i in node.input]
-    del graph.node[:]
-    graph.node.extend(nodes)
+    for node in targets:
+        renamed.update({node.output[1]: node.output[1] + ROW_RANGE, node.output[2]: "row_scales.zero_point"})
+    for graph in reversed(every):  # innermost first: rebuilding a graph copies the subgraphs of its nodes
+        for node in graph.node:  # a scale made in the main graph may be read in a branch
+            node.input[:] = [renamed.get(i, i) for i in node.input]
+        nodes = []
+        for node in graph.node:
+            if node.op_type != "DynamicQuantizeLinear":
+                nodes.append(node)
+                continue
+            x, (quantized, scale, _) = node.input[0], node.output
+            row_range = scale + ROW_RANGE
+            nodes += [
+                helper.make_node("Abs", [x], [quantized + ".abs"]),
+                helper.make_node("ReduceMax", [quantized + ".abs", "row_scales.axis"], [row_range], keepdims=1),
+                helper.make_node("Div", [x, row_range], [quantized + ".unit"]),
+                helper.make_node(
+                    "QuantizeLinear", [quantized + ".unit", "row_scales.step", "row_scales.zero_point"], [quantized]
+                ),
+            ]
+        if len(nodes) != len(graph.node):
+            del graph.node[:]
+            graph.node.extend(nodes)
     return len(targets)
 
 
-def _fold_levels(graph: onnx.GraphProto, scales: set[str]) -> None:
-    """Every Mul(x_scale, weight_scale) reading one of `scales` gets its own weight scale divided by 127, since
-    x_scale becomes the row's range instead of range / 127; a weight scale no node reads any more is removed."""
-    initializers = {i.name: i for i in graph.initializer}
+def _fold_levels(every: list[onnx.GraphProto], scales: set[str]) -> None:
+    """Every Mul(x_scale, weight_scale) reading one of `scales`, in any of the graphs, gets its own weight scale
+    divided by 127 (added beside the original, once however many branches read it), since x_scale becomes the
+    row's range instead of range / 127; a weight scale no node reads any more is removed."""
+    owners = {i.name: (i, g) for g in every for i in g.initializer}
     replaced = set()
-    for node in graph.node:
+    for node in (n for g in every for n in g.node):
         hits = [i for i, name in enumerate(node.input) if name in scales]
         if not hits:
             continue
         other = node.input[1 - hits[0]] if node.op_type == "Mul" and len(hits) == 1 else None
-        if other not in initializers:
+        if other not in owners:
             raise ValueError(f"{node.name}: an activation scale used other than as Mul(x_scale, weight scale)")
-        folded = numpy_helper.to_array(initializers[other]) / np.float32(LEVELS)
         name = f"{other}.per_row"
-        graph.initializer.append(numpy_helper.from_array(folded.astype(np.float32), name))
+        if name not in owners:
+            initializer, owner = owners[other]
+            folded = numpy_helper.to_array(initializer) / np.float32(LEVELS)
+            owner.initializer.append(numpy_helper.from_array(folded.astype(np.float32), name))
+            owners[name] = (owner.initializer[-1], owner)
         node.input[1 - hits[0]] = name
         replaced.add(other)
-    read = {i for n in graph.node for i in n.input}
+    read = {i for g in every for n in g.node for i in n.input}
     for name in replaced - read:
-        graph.initializer.remove(initializers[name])
+        initializer, owner = owners[name]
+        owner.initializer.remove(initializer)
 
 
 def fuse_row_scaled(model: onnx.ModelProto) -> int:
     """Each MatMulInteger whose activation scale is per row (Cast, then Mul by Mul(row range, weight scale))
-    becomes one MatMulIntegerToFloat without a bias; returns how many. A model without them is left alone."""
-    graph = model.graph
+    becomes one MatMulIntegerToFloat without a bias, in the main graph and its subgraphs; returns how many. A model
+    without them is left alone."""
+    count = sum(_fuse_graph(graph) for graph in reversed(graphs(model.graph)))  # innermost first
+    if count and not any(o.domain == MS_DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    return count
+
+
+def _fuse_graph(graph: onnx.GraphProto) -> int:
+    """fuse_row_scaled on one graph's own nodes."""
     consumers, producers = consumers_and_producers(graph)
     fused, dropped = {}, set()
     for integer in (n for n in graph.node if n.op_type == "MatMulInteger"):
@@ -135,6 +163,4 @@ def fuse_row_scaled(model: onnx.ModelProto) -> int:
     nodes = [fused.get(id(n), n) for n in graph.node if id(n) not in dropped]
     del graph.node[:]
     graph.node.extend(nodes)
-    if not any(o.domain == MS_DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     return len(fused)

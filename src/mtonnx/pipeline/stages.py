@@ -25,6 +25,7 @@ from mtonnx.variants import registry
 
 MIXED = "int8-mixed"  # built after the probes, from the groups whose probe passed every gate
 WEB = "web"  # run_dir/web: the web export, copied into deploy/web unless its gate failed
+WEB_INT8 = "web_int8"  # run_dir/web_int8: its int8 files, loadable by the Python runtime for the gate
 
 
 class GatesFailed(RuntimeError):
@@ -227,42 +228,46 @@ def recommend(timed: Timed, settings: Settings, objective_name: str) -> tuple[st
 
 
 def web(
-    where: Where, settings: Settings, sources: list[str], *, model: str, family: str, log: artefacts.Log = print
+    where: Where,
+    settings: Settings,
+    sources: list[str],
+    *,
+    model: str,
+    family: str,
+    recommended: str = "fp32",
+    page: Callable[..., Any] | None = None,
+    log: artefacts.Log = print,
 ) -> dict[str, Any]:
-    """The web export stage: optimum's export of the model (reused when current) as run_dir/web, with its page
-    (mtonnx.web.export), then its gate: the JavaScript runtime in Node against the Python runtime on `sources`
-    (mtonnx.web.parity). It ships fp32: the deployed variants' hand layouts (the in-place cache, a cut lm_head) have
-    no form in the layout Transformers.js loads. A web export whose gate failed is removed and not published; one
-    whose gate could not be measured (no Node here) is published, marked so. Returns the run's `web` section."""
-    import shutil
+    """The web export stage: optimum's export of the model (reused when current) and, when the recommended variant
+    is not fp32, its int8 form (mtonnx.web.quantized: the deployed variants' hand layouts, the in-place cache and a
+    cut lm_head, have no form in the layout Transformers.js loads, their quantization does) as run_dir/web, with its
+    page, gated (mtonnx.web.gated: Node against the Python runtime, int8's fidelity to fp32, the page in `page`, a
+    browser session, against Node), keeping the precision the gates chose. A web export whose gate failed is
+    removed and not published; one whose gate could not be measured (no Node here) is published, marked so.
+    Returns the run's `web` section."""
+    from mtonnx.web.gated import gated_export
+    from mtonnx.web.quantized import build_int8
 
-    from mtonnx.web.export import write_web
-    from mtonnx.web.parity import node_parity
-
-    out = where.run_dir / WEB
     if family != "marian":
         return {"published": False, "reason": f"the web export covers Marian models; this one is {family}"}
     optimum_dir = where.run_dir / "export_optimum"
     artefacts.optimum_export(where.model_dir, optimum_dir, log)
-    manifest = write_web(
-        optimum_dir, optimum_dir, out, model=model, variant="fp32", source_prefix=settings.source_prefix
+    int8_dir = None
+    if recommended != "fp32":
+        int8_dir = where.run_dir / WEB_INT8
+        build_int8(optimum_dir, int8_dir)
+    return gated_export(
+        optimum_dir,
+        where.run_dir / WEB,
+        sources,
+        model=model,
+        beams=settings.generation.num_beams,
+        max_new_tokens=settings.generation.max_new_tokens,
+        fidelity_min=settings.quant.fidelity_min,
+        source_prefix=settings.source_prefix,
+        int8_dir=int8_dir,
+        page=page,
     )
-    generation = settings.generation
-    gate = node_parity(
-        out, optimum_dir, sources, generation.num_beams, generation.max_new_tokens, settings.source_prefix
-    )
-    section = {
-        "variant": manifest["variant"],
-        "dtype": manifest["dtype"],
-        "size_mb": round(sum(manifest["sizes"].values()) / 1e6, 1),
-        "page": manifest["page"],
-        "node": gate,
-        "published": gate["gate"] != "fail",
-    }
-    if not section["published"]:
-        shutil.rmtree(out)
-        section["reason"] = "Node's tokens differ from the Python runtime's"
-    return section
 
 
 def publish(
@@ -346,10 +351,12 @@ def run(
     family: str,
     data: str,
     only_fp32: bool = False,
+    page: Callable[..., Any] | None = None,
     log: Callable[[str], None] = print,
 ) -> Result:
-    """Every stage in order: variants → gates → objective → recommendation → web export → deploy/. GatesFailed
-    (after the gates, with everything built kept) when no variant besides fp32 passes them all."""
+    """Every stage in order: variants → gates → objective → recommendation → web export (its page gated in `page`,
+    a browser session, when given) → deploy/. GatesFailed (after the gates, with everything built kept) when no
+    variant besides fp32 passes them all."""
     measured = bench(settings, sources, references)
     variants = build(where, settings, only_fp32, log)
     gated = gate(measured, where, variants, settings, log)
@@ -358,7 +365,7 @@ def run(
         raise GatesFailed(problem)
     timed = objective(measured, where, gated, settings)
     recommended, reason = recommend(timed, settings, measured.objective)
-    exported = web(where, settings, sources, model=model, family=family, log=log)
+    exported = web(where, settings, sources, model=model, family=family, recommended=recommended, page=page, log=log)
     facts = publish(
         where,
         settings,

@@ -32,7 +32,7 @@ from mtonnx.passes.graph import node_scope
 from mtonnx.passes.inplace_attention import inplace_step
 from mtonnx.passes.key_transposes import fold_key_transposes
 from mtonnx.passes.lm_head import untie_lm_head
-from mtonnx.passes.row_scales import fuse_row_scaled, per_row_activations
+from mtonnx.passes.row_scales import fuse_row_scaled, graphs, per_row_activations
 from mtonnx.passes.tuned_step import tuned_step
 from mtonnx.runtime import layout
 
@@ -105,7 +105,8 @@ def dynamic_int8(
 
         details: dict[str, Any] = {}
         staged_model(model, src.name, quantize, dst)
-        integer = sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for n in onnx.load(str(dst)).graph.node)
+        every = graphs(onnx.load(str(dst)).graph)
+        integer = sum(n.op_type in ("MatMulInteger", "DynamicQuantizeMatMul") for g in every for n in g.node)
         return {
             "untied": untied,
             "quantized_nodes": len(nodes) if nodes is not None else None,

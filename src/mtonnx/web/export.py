@@ -4,7 +4,8 @@ with a page that translates in the browser.
 Transformers.js reads optimum's layout: `onnx/encoder_model.onnx` and `onnx/decoder_model_merged.onnx` (a suffix
 per precision: `_quantized` for int8), `tokenizer.json`, `config.json` and `generation_config.json`. The merged
 decoder is used because one file with both steps is what a page downloads once. `web.json` names the files, the
-precision as Transformers.js's `dtype`, the source prefix and the ids target.spm decodes (the JavaScript
+precision the runtime and the page load as Transformers.js's `dtype` (`precisions` lists every one written; the
+gates then keep one: `keep_precision`), the source prefix and the ids target.spm decodes (the JavaScript
 tokenizer's decode needs them; tokenizer.json has no room for a second vocabulary).
 
 The page is static: `index.html`, the runtime's modules under `js/` and, under `vendor/`, onnxruntime-web's WASM
@@ -54,20 +55,31 @@ def write_web(
     variant: str,
     dtype: str = "fp32",
     source_prefix: str = "",
+    quantized: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Write the web export of `onnx_dir`'s encoder_model.onnx and decoder_model_merged.onnx (optimum's names) with
-    the tokenizer and configs of `tokenizer_dir` into `out_dir` (staged: complete or absent); returns web.json."""
-    onnx_dir, tokenizer_dir = Path(onnx_dir), Path(tokenizer_dir)
-    missing = [f"{name}.onnx" for name in (ENCODER, DECODER) if not (onnx_dir / f"{name}.onnx").is_file()]
-    if missing:
-        raise FileNotFoundError(f"{onnx_dir} has no {', '.join(missing)}: the web export needs optimum's layout")
-    files = onnx_files(dtype)
+    """Write the web export of `onnx_dir`'s encoder_model.onnx and decoder_model_merged.onnx (optimum's names), and
+    of `quantized`'s as the q8 files when given, with the tokenizer and configs of `tokenizer_dir` into `out_dir`
+    (staged: complete or absent); `dtype` is the precision the runtime and the page load. Returns web.json."""
+    sources = {"fp32": Path(onnx_dir), **({"q8": Path(quantized)} if quantized is not None else {})}
+    tokenizer_dir = Path(tokenizer_dir)
+    for where in sources.values():
+        missing = [f"{name}.onnx" for name in (ENCODER, DECODER) if not (where / f"{name}.onnx").is_file()]
+        if missing:
+            raise FileNotFoundError(f"{where} has no {', '.join(missing)}: the web export needs optimum's layout")
+    if dtype not in sources:
+        raise ValueError(f"the web export ships {dtype}, but only {', '.join(sources)} files were given")
+    precisions = {d: onnx_files(d) for d in sources}
     manifest = {
         "model": model,
         "variant": variant,
         "dtype": dtype,
-        "files": files,
-        "sizes": {files[role]: (onnx_dir / f"{name}.onnx").stat().st_size for role, name in ROLES},
+        "files": precisions[dtype],
+        "precisions": precisions,
+        "sizes": {
+            files[role]: (sources[d] / f"{name}.onnx").stat().st_size
+            for d, files in precisions.items()
+            for role, name in ROLES
+        },
         "source_prefix": source_prefix,
         "page": page_unavailable() or "index.html",
         "target_ids": target_piece_ids(tokenizer_dir),
@@ -75,15 +87,35 @@ def write_web(
     with staged_dir(out_dir) as stage:
         stage.chmod(0o755)  # served as it is: readable by the web server's user
         (stage / "onnx").mkdir()
-        for role, name in ROLES:
-            link_or_copy(onnx_dir / f"{name}.onnx", stage / files[role])
+        for d, files in precisions.items():
+            for role, name in ROLES:
+                link_or_copy(sources[d] / f"{name}.onnx", stage / files[role])
         for name in COPIED:
-            shutil.copyfile(tokenizer_dir / name if (tokenizer_dir / name).is_file() else onnx_dir / name, stage / name)
+            shutil.copyfile(
+                tokenizer_dir / name if (tokenizer_dir / name).is_file() else sources["fp32"] / name, stage / name
+            )
         tokenizer = marian_tokenizer_json(tokenizer_dir)
         (stage / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False), encoding="utf-8")
         if manifest["page"] == "index.html":
             _write_page(stage)
         write_json(stage / MANIFEST, manifest)
+    return manifest
+
+
+def keep_precision(web_dir: str | Path, dtype: str, variant: str) -> dict[str, Any]:
+    """Keep only `dtype`'s ONNX files in the web export `web_dir` (the one its gates chose; a page downloads what
+    web.json names, and nothing else need ship), recorded in web.json with the `variant` it stands for; returns
+    web.json."""
+    web_dir = Path(web_dir)
+    manifest = json.loads((web_dir / MANIFEST).read_text(encoding="utf-8"))
+    kept = manifest["precisions"][dtype]
+    for d, files in manifest["precisions"].items():
+        if d != dtype:
+            for name in files.values():
+                (web_dir / name).unlink()
+                manifest["sizes"].pop(name)
+    manifest.update(dtype=dtype, variant=variant, files=kept, precisions={dtype: kept})
+    write_json(web_dir / MANIFEST, manifest)
     return manifest
 
 
@@ -104,39 +136,3 @@ def _write_page(stage: Path) -> None:
     (stage / "vendor").mkdir()
     for name in VENDOR:
         shutil.copyfile(js_dir() / "node_modules" / name, stage / "vendor" / Path(name).name)
-
-
-class WebExportError(ValueError):
-    """A directory the web export cannot be made from; str() is the one line shown, with what to do."""
-
-
-def export_run(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
-    """The web export of a run made before the pipeline wrote one (its optimum export, with the model name and
-    source prefix deploy/ records) into `out_dir` (default RUN_DIR/deploy/web), gated in Node on the run's
-    evaluation sentences as the pipeline's web stage gates it; returns the directory and the gate."""
-    from mtonnx.runtime import layout
-    from mtonnx.web.parity import node_parity
-
-    run_dir = Path(run_dir)
-    optimum, deploy = run_dir / "export_optimum", run_dir / "deploy" / "deploy.json"
-    if not optimum.is_dir() or not deploy.is_file():
-        raise WebExportError(
-            f"{run_dir} is not a run directory with export_optimum/ and deploy/ (a deploy/ directory alone holds no "
-            "merged decoder): give the directory `mtonnx run` or `mtonnx migrate` wrote"
-        )
-    facts = json.loads(deploy.read_text(encoding="utf-8"))
-    if facts.get("family", "marian") != "marian":
-        raise WebExportError(f"{run_dir}: the web export covers Marian models; this one is {facts['family']}")
-    out = Path(out_dir) if out_dir is not None else run_dir / "deploy" / "web"
-    prefix = facts.get("source_prefix") or ""
-    write_web(optimum, optimum, out, model=facts["model"], variant="fp32", source_prefix=prefix)
-    translations = run_dir / "variants" / layout.TRANSLATIONS
-    sources = json.loads(translations.read_text(encoding="utf-8"))["sources"] if translations.is_file() else []
-    params = json.loads((run_dir / "env.json").read_text(encoding="utf-8")).get("params", {}).get("generation", {})
-    generation = json.loads((optimum / "generation_config.json").read_text(encoding="utf-8"))
-    beams = params.get("num_beams") or generation.get("num_beams", 1)
-    gate = node_parity(out, optimum, sources, beams, params.get("max_new_tokens", 64), prefix)
-    if gate["gate"] == "fail":
-        shutil.rmtree(out)
-        raise WebExportError(f"{run_dir}: Node's tokens differ from the Python runtime's ({gate}): no web export kept")
-    return out, gate

@@ -1,6 +1,6 @@
 """The JavaScript runtime (js/) driven from Python: one Node process per web export, JSON lines both ways.
 
-Tests and the pipeline ask it for ids (`encode`) and translations (`generate`) and hold them against the
+Tests, the pipeline and lesson 13 ask it for ids (`encode`) and translations (`generate`) and hold them against the
 Python runtime's. The runtime lives in the checkout's js/ with its pinned packages (`make js`: npm ci);
 `unavailable()` says why it cannot run here, so a caller can skip with the reason.
 """
@@ -44,16 +44,16 @@ class NodeError(RuntimeError):
 
 
 class NodeRuntime(JsonLinesProcess):
-    """`node js/src/cli.mjs WEB_DIR`, as a context manager: `encode`, `generate` and `transformersjs` are one
-    request each."""
+    """`node js/src/cli.mjs WEB_DIR [DTYPE]`, as a context manager, on the export's `dtype` precision (default: the
+    one web.json ships): `encode`, `generate` and `transformersjs` are one request each."""
 
     failure = NodeError
 
-    def __init__(self, web_dir: str | Path):
+    def __init__(self, web_dir: str | Path, dtype: str | None = None):
         problem = unavailable()
         if problem:
             raise NodeError(problem)
-        super().__init__(["node", str(js_dir() / "src" / "cli.mjs"), str(web_dir)])
+        super().__init__(["node", str(js_dir() / "src" / "cli.mjs"), str(web_dir), *([dtype] if dtype else [])])
 
     def encode(self, texts: list[str], source_prefix: str | None = None) -> list[list[int]]:
         """The JavaScript tokenizer's ids of each text (the source prefix, pieces, eos)."""

@@ -6,6 +6,7 @@ sentencepiece does to the source text, in the order it does it:
 - the normalizer: source.spm's precompiled charsmap (nmt_nfkc), then leading, trailing and repeated spaces removed;
 - the pre-tokenizer: spaces become `▁`, one is put in front, the text is split before each `▁` (sentencepiece's
   split_by_whitespace);
+- the added tokens: eos, unk, pad and, in a multilingual model, the `>>id<<` language codes, kept whole;
 - the model: a Unigram over vocab.json's ids, in vocab.json's order, scored by source.spm. A piece only the
   target side has gets UNREACHABLE, far below any source path, so an uncovered character becomes `<unk>` as in
   sentencepiece (the ids exist for decoding).
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from sentencepiece import sentencepiece_model_pb2
 
 SPACE = "\u2581"
+LANGUAGE_CODE = re.compile(r">>[^<>\s]+<<")  # MarianTokenizer's target-language prefix
 UNREACHABLE = -1.0e6  # a target-only piece's score: below any path of source pieces and <unk>s
 
 
@@ -77,9 +80,9 @@ def marian_tokenizer_json(directory: str | Path) -> dict[str, Any]:
                 "lstrip": False,
                 "rstrip": False,
                 "normalized": False,
-                "special": True,
+                "special": i in specials,  # a language code is not special: Marian's decode keeps it as text
             }
-            for i in sorted(specials)
+            for i in sorted([*specials, *(vocab[code] for code in language_codes(vocab))])
         ],
         "normalizer": {"type": "Sequence", "normalizers": normalizers},
         "pre_tokenizer": metaspace,
@@ -109,6 +112,13 @@ SPECIALS = {"eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
 def _content(value: Any) -> str:
     """A special token's text (tokenizer_config.json holds a string or an AddedToken's dict)."""
     return value.get("content") if isinstance(value, dict) else value
+
+
+def language_codes(vocab: dict[str, int]) -> list[str]:
+    """The `>>id<<` target-language codes of a multilingual Marian vocabulary (none for a one-target model). They are
+    added tokens of the tokenizer.json, so Transformers.js and Rust keep a leading code whole, as Marian does,
+    instead of cutting it into pieces."""
+    return sorted(piece for piece in vocab if LANGUAGE_CODE.fullmatch(piece))
 
 
 def target_piece_ids(directory: str | Path) -> list[int]:
