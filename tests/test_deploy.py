@@ -178,7 +178,11 @@ def test_the_card_says_what_the_web_export_ships_and_how_its_gate_went(hand_expo
     assert any(
         "int8's fidelity to fp32 in Node: **pass**; 90.0% identical, 95 % CI [85.0%, 95.0%]" in x for x in shipped
     )
-    assert any("The page in Chromium (q8): 50 of 50 sentences identical to Node's: **pass**" in x for x in shipped)
+    assert any(
+        "The page in Chromium (q8, WASM): fidelity to fp32 **pass**, 90.0% identical, 95 % CI [85.0%, 95.0%]; "
+        "50 of 50 sentences with Node's ids." in x
+        for x in shipped
+    )
     assert any("Transformers.js (dtype `q8`)" in x and "int8-rows (31.9 MB)" in x for x in shipped)
     failed = {"published": False, "reason": "Node's tokens differ from the Python runtime's"}
     assert deploy.web_lines(failed, "r")[2] == "No web export: Node's tokens differ from the Python runtime's."

@@ -27,7 +27,7 @@ from mtonnx.serve.process import ServiceProcess
 from mtonnx.web.doctor import diagnose_web
 from mtonnx.web.export import ISOLATION_HEADERS, MANIFEST, keep_precision, write_web
 from mtonnx.web.node import NodeRuntime
-from mtonnx.web.parity import EDGE_CASES, web_gate
+from mtonnx.web.parity import EDGE_CASES, _page_check, web_gate
 from mtonnx.web.quantized import build_int8
 from mtonnx.web.tokenizer_json import marian_tokenizer_json
 
@@ -200,7 +200,7 @@ def test_the_web_gate_ships_int8_only_when_node_the_page_and_its_fidelity_agree(
     assert gate["node"]["gate"] == gate["q8"]["node"]["gate"] == "pass" and gate["q8"]["node"]["beam4"] == 100
     fidelity = gate["q8"]["fidelity"]
     assert fidelity["same_as_fp32_ci"][0] >= 0.8 and gate["q8"]["fidelity_gate"] == "pass" and gate["dtype"] == "q8"
-    page = gate["browser"]  # the page on the int8 files, in WASM, against Node on them
+    page = gate["browser"]  # the page on the int8 files, in WASM, against Node on them and fp32
     assert (page["dtype"], page["same_as_node"], page["sentences"], page["gate"]) == ("q8", 50, 50, "pass")
     strict = web_gate(out, hsk_optimum, texts, 4, 32, 1.0, quantized_dir=int8_dir)  # every sentence must match
     assert fidelity["same_as_fp32"] < 1.0 and strict["q8"]["fidelity_gate"] != "pass" and strict["dtype"] == "fp32"
@@ -214,6 +214,40 @@ def test_the_web_gate_ships_int8_only_when_node_the_page_and_its_fidelity_agree(
         "decoder_model_merged_quantized.onnx",
         "encoder_model_quantized.onnx",
     ]
+
+
+class _FakePage:
+    """A page session stand-in that answers with given ids and translations."""
+
+    load_s = 0.5
+
+    def __init__(self, ids, texts):
+        self.answer = ids, texts, 0.1
+
+    def __call__(self, web_dir, dtype=None):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def generate(self, texts, num_beams=None, max_new_tokens=None):
+        return self.answer
+
+
+def test_the_page_is_gated_on_its_fidelity_to_fp32_with_its_ids_against_node_counted():
+    sources, fp32 = [f"s{i}" for i in range(60)], [f"t{i}" for i in range(60)]
+    node_ids = [[i, 0] for i in range(60)]
+    args = (sources, 4, 32, "")
+    other_ids = [[i, 1] for i in range(50)]  # other ids (WASM's own sums), the same translations
+    kept = _page_check(_FakePage(other_ids, fp32[:50]), "w", "q8", sources, node_ids, fp32, 0.8, args)
+    assert (kept["gate"], kept["same_as_node"], kept["sentences"], kept["dtype"]) == ("pass", 0, 50, "q8")
+    drifted = [t if i % 2 else "x" for i, t in enumerate(fp32[:50])]  # half the translations move
+    moved = _page_check(_FakePage(node_ids[:50], drifted), "w", "q8", sources, node_ids, fp32, 0.8, args)
+    assert (moved["gate"], moved["same_as_node"], moved["fidelity"]["same_as_fp32"]) == ("fail", 50, 0.5)
+    assert _page_check(None, "w", "q8", sources, node_ids, fp32, 0.8, args)["gate"] == "not measured"
 
 
 def test_export_web_gives_an_earlier_run_the_int8_web_export_its_gates_chose(hsk_optimum, sources, tmp_path):

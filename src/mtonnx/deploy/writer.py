@@ -208,9 +208,11 @@ def web_lines(web: dict[str, Any] | None, run: str) -> list[str]:
     if page.get("gate") == "not measured":
         lines.append(f"- The page in a browser: not measured ({page['reason']}).")
     elif page:
+        f, (low, high) = page["fidelity"], page["fidelity"]["same_as_fp32_ci"]
         lines.append(
-            f"- The page in Chromium ({page['dtype']}): {page['same_as_node']} of {page['sentences']} sentences "
-            f"identical to Node's: **{page['gate']}**; {page['fidelity']['same_as_fp32']:.1%} identical to fp32."
+            f"- The page in Chromium ({page['dtype']}, WASM): fidelity to fp32 **{page['gate']}**, "
+            f"{f['same_as_fp32']:.1%} identical, 95 % CI [{low:.1%}, {high:.1%}]; "
+            f"{page['same_as_node']} of {page['sentences']} sentences with Node's ids."
         )
     return ["## In the browser and Node", "", *lines, ""]
 
