@@ -352,6 +352,17 @@ def metrics(study: str, results: dict[str, Any], params: dict[str, Any]) -> dict
             "rss_after_run_mb": r["rss_after_run_mb"],
             "rss_kinds_mb": r["rss_kinds_mb"],
         }
+    if study == "profile":
+        kept = ("seconds", "shares", "beyond_output_share", "encoder_positions", "source_tokens")
+        return {
+            "profile": {
+                workload: {
+                    name: {**{k: p[k] for k in kept}, "quantization_share": p["operators"]["quantization_share"]}
+                    for name, p in per_variant.items()
+                }
+                for workload, per_variant in r.items()
+            }
+        }
     if study == "tuning-memory":
         return {"memory_ablation": {row["step"]: row["rss_mb"] for row in r["steps"]}}
     if study == "tuning":

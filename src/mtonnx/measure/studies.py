@@ -24,10 +24,12 @@ from mtonnx.engines import BY_NAME as ENGINES_BY_NAME
 from mtonnx.engines import CORPUS
 from mtonnx.foundation.files import write_json
 from mtonnx.measure import ablation as ablations
-from mtonnx.measure import benchmark, peers, restriction, search_graph, step_bytes
+from mtonnx.measure import benchmark, peers, profile, restriction, search_graph, step_bytes
 
 RESULTS = "bench.json"
 CORPUS_ENGINES, CORPUS_BATCH, CORPUS_THREADS, CORPUS_REPEATS = CORPUS, 32, (1, 2), 3
+# The profile study: the peers' int8 and the batch-invariant int8 the pipeline deploys, at batch 8 and the corpus's
+PROFILED, PROFILE_BATCHES = ("int8-tuned", "int8-rows-tuned"), (8, CORPUS_BATCH)
 
 
 @dataclass
@@ -152,6 +154,24 @@ def _real_lengths(option: str) -> Callable[[Bench], dict[str, Any]]:
     return study
 
 
+def _profile(bench: Bench) -> dict[str, Any]:
+    from mtonnx import artefacts
+
+    g, b = bench.params["generation"], bench.params["bench"]
+    artefacts.build(bench.paths.fp32_export, Path(bench.paths.variants), list(PROFILED), log=bench.log, required=True)
+    rows, repeats = bench.corpus_rows, min(b["repeats"], CORPUS_REPEATS)
+    bench.log(
+        f"where the time goes: {len(rows)} sentences at their real lengths, batches {PROFILE_BATCHES}: {PROFILED}"
+    )
+    return {
+        f"batch{batch}": {
+            name: profile.profile(bench.paths.variant(name), rows, batch, g["num_beams"], g["max_new_tokens"], repeats)
+            for name in PROFILED
+        }
+        for batch in PROFILE_BATCHES
+    }
+
+
 def _search_graph(bench: Bench) -> dict[str, Any]:
     b = bench.params["bench"]
     return search_graph.compare_search(
@@ -250,6 +270,7 @@ STUDIES: tuple[Study, ...] = (
     Study("bound", "the bytes a step reads and the memory bandwidth at that working set", "bench", _bound, ("peers",)),
     Study("corpus", "the eval corpus at real lengths against CTranslate2 int8, 1 and 2 threads", "bench", _corpus),
     Study("memory", "resident memory after load and after a generation, by kind", "bench", _memory),
+    Study("profile", "where a generation's time goes at real lengths: ORT, feeds, reorder, search", "bench", _profile),
     Study("tuning", "what each tuning step of the decoder bought, tokens kept", "tuning", _tuning),
     Study("tuning-memory", "resident memory after load at each tuning step", "tuning", _tuning_memory),
     Study(
