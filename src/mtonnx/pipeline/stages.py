@@ -25,7 +25,6 @@ from mtonnx.variants import registry
 
 MIXED = "int8-mixed"  # built after the probes, from the groups whose probe passed every gate
 WEB = "web"  # run_dir/web: the web export, copied into deploy/web unless its gate failed
-WEB_INT8 = "web_int8"  # run_dir/web_int8: its int8 files, loadable by the Python runtime for the gate
 
 
 class GatesFailed(RuntimeError):
@@ -245,17 +244,12 @@ def web(
     browser session, against Node), keeping the precision the gates chose. A web export whose gate failed is
     removed and not published; one whose gate could not be measured (no Node here) is published, marked so.
     Returns the run's `web` section."""
-    from mtonnx.web.gated import gated_export
-    from mtonnx.web.quantized import build_int8
+    from mtonnx.web.gated import WEB_INT8, gated_export
 
     if family != "marian":
         return {"published": False, "reason": f"the web export covers Marian models; this one is {family}"}
     optimum_dir = where.run_dir / "export_optimum"
     artefacts.optimum_export(where.model_dir, optimum_dir, log)
-    int8_dir = None
-    if recommended != "fp32":
-        int8_dir = where.run_dir / WEB_INT8
-        build_int8(optimum_dir, int8_dir)
     return gated_export(
         optimum_dir,
         where.run_dir / WEB,
@@ -265,7 +259,7 @@ def web(
         max_new_tokens=settings.generation.max_new_tokens,
         fidelity_min=settings.quant.fidelity_min,
         source_prefix=settings.source_prefix,
-        int8_dir=int8_dir,
+        int8_dir=where.run_dir / WEB_INT8 if recommended != "fp32" else None,
         page=page,
     )
 

@@ -19,6 +19,7 @@ from mtonnx.web.export import keep_precision, write_web
 from mtonnx.web.parity import PageFactory, web_gate
 from mtonnx.web.quantized import build_int8
 
+WEB_INT8 = "web_int8"  # RUN_DIR/web_int8: the int8 files, loadable by the Python runtime for the gates
 VARIANTS = {"fp32": "fp32", "q8": "int8-rows"}  # the web export's precision -> the recipe it was made with
 
 
@@ -35,10 +36,12 @@ def gated_export(
     int8_dir: str | Path | None = None,
     page: PageFactory | None = None,
 ) -> dict[str, Any]:
-    """The web export of `optimum_dir` (and of `int8_dir`'s int8 files) in `out_dir`, gated on `sources`; returns
-    the run's `web` section: the variant and dtype kept, size, page, every gate, `published` (and `reason` when
-    not: `out_dir` is then removed)."""
+    """The web export of `optimum_dir` (and, given `int8_dir`, of the int8 files web.quantized builds there) in
+    `out_dir`, gated on `sources`; returns the run's `web` section: the variant and dtype kept, size, page, every
+    gate, `published` (and `reason` when not: `out_dir` is then removed)."""
     out = Path(out_dir)
+    if int8_dir is not None:
+        build_int8(optimum_dir, int8_dir)
     write_web(
         optimum_dir, optimum_dir, out, model=model, variant="fp32", source_prefix=source_prefix, quantized=int8_dir
     )
@@ -96,10 +99,7 @@ def export_run(
     sources = json.loads(translations.read_text(encoding="utf-8"))["sources"] if translations.is_file() else []
     params = json.loads((run_dir / "env.json").read_text(encoding="utf-8")).get("params", {})
     generation = json.loads((optimum / "generation_config.json").read_text(encoding="utf-8"))
-    int8_dir = None
-    if facts.get("variant", "fp32") != "fp32":
-        int8_dir = run_dir / "web_int8"
-        build_int8(optimum, int8_dir)
+    int8_dir = run_dir / WEB_INT8 if facts.get("variant", "fp32") != "fp32" else None
     section = gated_export(
         optimum,
         out,
