@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import tuned_variants
-from mtonnx.measure.profile import PARTS, profile
+from mtonnx.measure.profile import PARTS, PEER, profile
+from mtonnx.report.index import profile_rows
 from mtonnx.runtime import Translator
 
 SOURCES = [
@@ -66,7 +67,18 @@ def test_bench_runs_the_profile_study_alone_and_records_declared_keys(tmp_path, 
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads((out / studies.RESULTS).read_text())["profile"]
     assert set(result) == {f"batch{b}" for b in studies.PROFILE_BATCHES}
-    assert all(set(per) == set(studies.PROFILED) for per in result.values())
+    assert all(set(per) == {*studies.PROFILED, PEER} for per in result.values())  # ci.yaml times ct2-int8
     recorded = json.loads((out / "metrics" / "bench.json").read_text())
     keys = [f"bench.{k}" for k in flatten(recorded)]
     assert keys and schema.undeclared(keys) == []
+    table = profile_rows(recorded["profile"])
+    assert [(r["batch"], r["variant"]) for r in table] == [
+        (b, v) for b in studies.PROFILE_BATCHES for v in studies.PROFILED
+    ]
+    named = [(f"batch{b}", v) for b in studies.PROFILE_BATCHES for v in studies.PROFILED]
+    for row, (key, name) in zip(table, named):
+        full, peer = result[key][name], result[key][PEER]["seconds"]
+        assert row["vs ct2-int8"] == pytest.approx(peer / full["seconds"], abs=1e-3)
+        ort = full["parts_s"]["encoder"] + full["parts_s"]["decoder"]
+        assert row["ORT alone vs ct2-int8"] == pytest.approx(peer / ort, abs=1e-3)
+        assert row["ORT alone vs ct2-int8"] > row["vs ct2-int8"]  # the host parts took some of the time

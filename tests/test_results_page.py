@@ -183,6 +183,10 @@ def test_each_workload_is_defined_once_from_the_run_s_params():
     weighted = {**PARAMS, "quant": {**PARAMS["quant"], "workload_weights": [2.0, 1.0], "workload_beams": 2}}
     objective = results_page.workloads(weighted)[1]
     assert (objective.batch, objective.beams) == ("2 × 1 + 1 × 8", "2")
+    corpus = {**PARAMS, "quant": {**PARAMS["quant"], "workload_batches": [32], "workload_corpus": 120}}
+    objective = results_page.workloads(corpus)[1]
+    assert objective.batch == "32, sorted by length"
+    assert objective.sentences == "120 of the eval set, evenly spaced, at their real lengths"
     assert "workloads are unnamed" in results_page.workload_table({"params": {"name": "old"}})
 
 
@@ -226,3 +230,29 @@ def test_the_page_built_from_the_committed_runs_leads_with_the_opus_shape_tables
     engines = {line.split(" | ")[1] for line in block.splitlines() if line.startswith("| forced:")}
     assert {"PyTorch fp32", "optimum fp32", "mtonnx int8-tuned", "CTranslate2 int8"} <= engines
     assert all(f"{name} " in block.splitlines()[2] for name in results_page.ENGINE_PACKAGES)
+
+
+def test_the_profile_table_shows_each_pass_beside_ctranslate2_and_says_when_there_is_none():
+    shares = {"encoder": 0.1, "decoder": 0.6, "feeds": 0.05, "reorder": 0.1, "search": 0.15}
+    entry = {
+        "batch": 8,
+        "sentences": 40,
+        "seconds": 0.5,
+        "shares": shares,
+        "beyond_output_share": 0.061,
+        "padded_encoder_share": 0.072,
+        "quantization_share": 0.098,
+        "top_operators": "MatMulIntegerToFloat 42%, Add 9%, TopK 7%",
+        "vs_ct2_int8": 0.8,
+        "ort_only_vs_ct2_int8": 1.14,
+    }
+    metrics = {"bench": {"profile": {"batch8": {"int8-rows-tuned": entry, "ct2-int8": {"seconds": 0.4}}}}}
+    rows = results_page.profile_table(metrics).splitlines()
+    assert rows[0].startswith("| batch | variant | s a pass | encoder | decoder | feeds | reorder | search |")
+    assert rows[2] == (
+        "| 8 | `int8-rows-tuned` | 0.500 | 10% | 60% | 5% | 10% | 15% | 0.400 | 0.80 | 1.14 | 6.1% | 7.2% | 9.8% | "
+        "MatMulIntegerToFloat 42%, Add 9%, TopK 7% |"
+    )
+    alone = {"bench": {"profile": {"batch8": {"int8-rows-tuned": {**entry, "vs_ct2_int8": None}}}}}
+    assert "| not measured | not measured |" in results_page.profile_table(alone)
+    assert results_page.profile_table({}) == "This run recorded no profile."

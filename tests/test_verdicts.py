@@ -140,6 +140,7 @@ def test_too_few_repetitions_never_make_a_speed_difference():
 def test_the_objective_is_named_by_its_batches_beams_and_weights():
     assert verdicts.objective_name([1, 8], 4, [1.0, 1.0]) == "latency@b1,b8;beams=4"
     assert verdicts.objective_name([8], 1, [2.0]) == "latency@b8;beams=1;weights=2"
+    assert verdicts.objective_name([32], 4, [1.0], corpus=200) == "corpus200@b32;beams=4"
 
 
 @pytest.mark.parametrize(

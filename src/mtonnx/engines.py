@@ -63,3 +63,4 @@ SEARCH = (
     "ct2-int8",
 )  # the search-graph study: the runtime, the graph, CTranslate2
 SHORTLIST = ("mtonnx-int8", "mtonnx-shortlist-int8", "ct2-int8", "ct2-vmap-int8")  # the shortlist study's four
+PROFILE_PEER = "ct2-int8"  # the engine the profile study times beside the runtime, on the same rows

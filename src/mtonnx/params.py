@@ -160,6 +160,15 @@ SCHEMA: dict[str, Any] = {
         "workload_weights": Field(
             list, None, "weight of each workload batch size in the objective (default: 1 each)", items=float, lo=0.0
         ),
+        "workload_corpus": Field(
+            int,
+            0,
+            "the objective as throughput at real lengths: this many sentences of the eval set (evenly spaced), sorted "
+            "by length and translated in batches of each workload batch size, each to its end (what `mtonnx batch` "
+            "runs); 0: the latency workload (timing_sentences in batches of each size)",
+            lo=0,
+            hi=100_000,
+        ),
         "timing_sentences": Field(
             int, 16, "sentences (the first of the eval set) every variant is timed on", lo=1, hi=10000
         ),

@@ -41,6 +41,7 @@ class Quant:
     workload_batches: tuple[int, ...] = (1, 8)
     workload_beams: int | None = None
     workload_weights: tuple[float, ...] | None = None
+    workload_corpus: int = 0
     timing_sentences: int = 16
     speed_repeats: int = 5
     speed_margin: float = 1.1
@@ -87,6 +88,7 @@ class Settings:
                 workload_batches=tuple(q["workload_batches"]),
                 workload_beams=q["workload_beams"],
                 workload_weights=None if weights is None else tuple(weights),
+                workload_corpus=q["workload_corpus"],
                 timing_sentences=q["timing_sentences"],
                 speed_repeats=q["speed_repeats"],
                 speed_margin=q["speed_margin"],

@@ -131,6 +131,8 @@ def results(reference: str | Path) -> str:
         )
     out += ["", "The runtime against its peers at forced lengths, held to the targets of the run's params:", ""]
     out.append(results_page.target_table(metrics, env))
+    out += ["", "Where a pass over the corpus goes (notebook 07's `profile`), beside CTranslate2 int8:", ""]
+    out.append(results_page.profile_table(metrics))
     if bench.get("rss_mb"):
         out += ["", "Resident memory (MB) of a fresh process, after load and after one generation:", ""]
         out += ["| engine | after load | after a generation |", "| --- | --- | --- |"]

@@ -13,6 +13,7 @@ names its rows by those definitions, so the page never sets two numbers side by 
   ratio against CTranslate2 int8 and PyTorch fp32, each ratio read in the session that timed both engines (the
   layouts that only notebook 10 times, CTranslate2's vocabulary map among them, come from their own sessions);
 - `objective_table`, `corpus_table`: the same columns for the objective's variants and the corpus;
+- `profile_table`: where a pass over the corpus goes (the profile study), beside CTranslate2 int8;
 - `target_table`: each ratio the params hold to a target, in words, with the target's value and the verdict.
 ENGINE_PACKAGES names the packages whose versions the page's stamps show (lab.docs).
 
@@ -25,9 +26,10 @@ from dataclasses import astuple, dataclass
 from typing import Any
 
 from mtonnx import engines
-from mtonnx.measure import benchmark, studies, variants
+from mtonnx.measure import benchmark, profile, studies, variants
 from mtonnx.measure.peers import Config
 from mtonnx.measure.timing import paired_ratio
+from mtonnx.report.index import profile_rows
 
 ENGINE_PACKAGES = ("torch", "transformers", "optimum", "optimum-onnx", "onnxruntime", "ctranslate2")
 ENGINES = {e.name: e.words for e in engines.ENGINES}  # how the page names each engine
@@ -73,7 +75,7 @@ def workloads(params: dict[str, Any]) -> tuple[Workload, ...]:
     (measure.variants.VariantBench.speed) and the corpus (measure.studies' corpus study)."""
     b, g, q = params["bench"], params["generation"], params["quant"]
     objective = variants.workload(q, g)
-    weights = {w.weight for w in objective}
+    weights, corpus = {w.weight for w in objective}, max(w.corpus for w in objective)
     real = f"each sentence to its end, at most {g['max_new_tokens']} new tokens"
     return (
         Workload(
@@ -89,10 +91,13 @@ def workloads(params: dict[str, Any]) -> tuple[Workload, ...]:
         ),
         Workload(
             "objective",
-            " + ".join(str(w.batch) if weights == {1.0} else f"{w.weight:g} × {w.batch}" for w in objective),
+            " + ".join(str(w.batch) if weights == {1.0} else f"{w.weight:g} × {w.batch}" for w in objective)
+            + (", sorted by length" if corpus else ""),
             _join(sorted({w.beams for w in objective})),
             real,
-            f"the first {q['timing_sentences']} of the eval set, in batches of each size",
+            f"{corpus} of the eval set, evenly spaced, at their real lengths"
+            if corpus
+            else f"the first {q['timing_sentences']} of the eval set, in batches of each size",
             "timed: text in",
             str(params["runtime"]["threads"]),
             f"{q['speed_repeats']}, interleaved across the variants and peers",
@@ -241,6 +246,51 @@ def corpus_table(metrics: dict[str, Any]) -> str:
     return "\n".join([SPEED_HEADER, *out]) if out else "This run recorded no corpus throughput."
 
 
+PROFILE_HEADER = (
+    "batch",
+    "variant",
+    "s a pass",
+    *profile.PARTS,
+    "CTranslate2 int8 s",
+    "vs CTranslate2 int8",
+    "ORT alone vs CTranslate2 int8",
+    "rows beyond outputs",
+    "padded encoder positions",
+    "quantization in ORT",
+    "top operators in ORT",
+)
+
+
+def profile_table(metrics: dict[str, Any]) -> str:
+    """The profile study (notebook 07): per batch and variant, a pass's seconds, each part's share, CTranslate2
+    int8's time on the same rows and the two ratios, the work no output needed and what takes ORT's time."""
+    split = profile_rows(metrics.get("bench", {}).get("profile", {}))
+    if not split:
+        return "This run recorded no profile."
+    out = [_row(PROFILE_HEADER), _row(["---"] * len(PROFILE_HEADER))]
+    for r in split:
+        shares = [f"{r[part]:.0%}" for part in profile.PARTS]
+        peer = r["ct2-int8 seconds"]
+        out.append(
+            _row(
+                [
+                    str(r["batch"]),
+                    f"`{r['variant']}`",
+                    f"{r['seconds']:.3f}",
+                    *shares,
+                    NOT_MEASURED if peer is None else f"{peer:.3f}",
+                    _ratio(r["vs ct2-int8"], NOT_MEASURED),
+                    _ratio(r["ORT alone vs ct2-int8"], NOT_MEASURED),
+                    f"{r['rows beyond outputs']:.1%}",
+                    NOT_RECORDED if r["padded encoder positions"] is None else f"{r['padded encoder positions']:.1%}",
+                    f"{r['quantization in ORT']:.1%}",
+                    r["top operators"],
+                ]
+            )
+        )
+    return "\n".join(out)
+
+
 def target_table(metrics: dict[str, Any], env: dict[str, Any]) -> str:
     """Each ratio the params hold to a target, in words: the median over paired repetitions with their min–max, the
     target's value and name, and the verdict (met: every repetition reaches it; missed: none does)."""
@@ -290,6 +340,10 @@ def scale_tables(metrics: dict[str, Any], env: dict[str, Any]) -> str:
             "The corpus at its real lengths. The run records each engine's tokens/s, not its time; above 1 thread "
             "each engine ran in its own process, so the ratio there is of medians, not of paired repetitions.",
             corpus_table(metrics),
+            "Where a pass over the corpus goes (notebook 07's `profile`): ONNX Runtime's runs (encoder, decoder) and "
+            "the host's parts between them, CTranslate2 int8 on the same rows, and the ratio if the host's parts took "
+            "no time (ORT alone). A diagnosis timed in turn; the corpus rows above are the verdict.",
+            profile_table(metrics),
             "The ratios the run's params hold to a target: met when every repetition reaches the target, missed "
             "when none does, within noise otherwise (the corpus above 1 thread: its range brackets the extremes).",
             target_table(metrics, env),

@@ -18,7 +18,7 @@ import numpy as np
 from mtonnx import data
 from mtonnx.engines import BY_NAME, SHORTLIST
 from mtonnx.foundation.files import staged_dir
-from mtonnx.measure import peers, restriction, step_bytes, verdicts
+from mtonnx.measure import peers, profile, restriction, step_bytes, verdicts
 from mtonnx.measure.timing import paired_ratio, timed
 from mtonnx.runtime import load_tokenizer
 from mtonnx.runtime.output_rows import OutputRows
@@ -353,16 +353,7 @@ def metrics(study: str, results: dict[str, Any], params: dict[str, Any]) -> dict
             "rss_kinds_mb": r["rss_kinds_mb"],
         }
     if study == "profile":
-        kept = ("seconds", "shares", "beyond_output_share", "encoder_positions", "source_tokens")
-        return {
-            "profile": {
-                workload: {
-                    name: {**{k: p[k] for k in kept}, "quantization_share": p["operators"]["quantization_share"]}
-                    for name, p in per_variant.items()
-                }
-                for workload, per_variant in r.items()
-            }
-        }
+        return {"profile": profile.summary(r)}
     if study == "tuning-memory":
         return {"memory_ablation": {row["step"]: row["rss_mb"] for row in r["steps"]}}
     if study == "tuning":

@@ -15,6 +15,11 @@ Two counts say how much of the work could not change any output:
   sentences that ended but stay in the batch, and beam search's look-ahead past a sentence's final output);
 - `encoder_positions`: positions the encoder computed, against the sources' real tokens.
 
+Beside CTranslate2 int8 on the same rows (`against`): `vs_ct2_int8`, its time over ours, and `ort_only_vs_ct2_int8`,
+its time over ONNX Runtime's runs alone: the ratio the runtime would reach if every host part took no time, so the
+two say how much of a gap the host side explains and how much lies in ONNX Runtime's kernels. A diagnosis, timed in
+turn rather than interleaved: the corpus study's paired repetitions are the verdict.
+
 Inside ONNX Runtime, one more pass with ORT's profiler on (its own sessions: profiling slows every node alike)
 gives each operator type's share of the nodes' time, and `quantization_share`: the operators that quantize
 activations (QUANTIZE_OPS). Written by hand: ORT's profiler sees its nodes but not the Python between runs, and
@@ -32,10 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mtonnx.engines import PROFILE_PEER
 from mtonnx.runtime import SessionSettings, Translator, layout
 
 ENCODER_FILES = (layout.ENCODER, layout.CROSS_KV)
 PARTS = ("encoder", "decoder", "feeds", "reorder", "search")
+ORT_PARTS = ("encoder", "decoder")  # ONNX Runtime's own runs; the other parts are the host's
+PEER = PROFILE_PEER  # the same rows, batches and beams; it sorts them its own way
 # The operators that quantize activations: dynamic int8's, and the per-row form's (passes.row_scales: |x|, its
 # row maximum, x / range, QuantizeLinear). Abs and ReduceMax appear in Marian's graphs only there.
 QUANTIZE_OPS = ("DynamicQuantizeLinear", "QuantizeLinear", "Abs", "ReduceMax")
@@ -206,3 +214,41 @@ def operator_shares(
     shares = {op: round(us / total, 3) for op, us in ranked[:8]}
     shares["other"] = round(sum(us for _, us in ranked[8:]) / total, 3)
     return {"shares": shares, "quantization_share": round(sum(by_op[op] for op in QUANTIZE_OPS) / total, 3)}
+
+
+def against(profiles: dict[str, dict[str, Any]], peer_seconds: float) -> dict[str, dict[str, Any]]:
+    """Each profile with the peer's time (`peer_seconds`, the same rows) over its own (`vs_ct2_int8`) and over its
+    ONNX Runtime parts alone (`ort_only_vs_ct2_int8`)."""
+    out = {}
+    for name, p in profiles.items():
+        ort = sum(p["parts_s"][part] for part in ORT_PARTS)
+        out[name] = {
+            **p,
+            "vs_ct2_int8": round(peer_seconds / p["seconds"], 3),
+            "ort_only_vs_ct2_int8": round(peer_seconds / ort, 3) if ort else None,
+        }
+    return out
+
+
+def summary(result: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """What the metrics keep of the profile study's result (`batch<N>`: {variant: profile, PEER: its time}): per
+    batch and variant its seconds and shares, the counts of work no output needed, quantization's share of ORT's
+    node time, the three operators that take most of it, and the peer's ratios; the peer's seconds."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, entries in result.items():
+        out[key] = {}
+        for name, p in entries.items():
+            if name == PEER:
+                out[key][name] = {"seconds": p["seconds"]}
+                continue
+            ops = [(op, share) for op, share in p["operators"]["shares"].items() if op != "other"][:3]
+            out[key][name] = {
+                **{k: p[k] for k in ("batch", "sentences", "seconds", "shares", "beyond_output_share")},
+                "padded_encoder_share": round(1 - p["source_tokens"] / p["encoder_positions"], 3)
+                if p["encoder_positions"]
+                else None,
+                "quantization_share": p["operators"]["quantization_share"],
+                "top_operators": ", ".join(f"{op} {share:.0%}" for op, share in ops),
+                **{k: p[k] for k in ("vs_ct2_int8", "ort_only_vs_ct2_int8") if k in p},
+            }
+    return out

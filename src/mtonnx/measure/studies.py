@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from mtonnx.engines import BY_NAME as ENGINES_BY_NAME
 from mtonnx.engines import CORPUS
 from mtonnx.foundation.files import write_json
 from mtonnx.measure import ablation as ablations
-from mtonnx.measure import benchmark, peers, profile, restriction, search_graph, step_bytes
+from mtonnx.measure import benchmark, peers, profile, restriction, search_graph, step_bytes, timing
 
 RESULTS = "bench.json"
 CORPUS_ENGINES, CORPUS_BATCH, CORPUS_THREADS, CORPUS_REPEATS = CORPUS, 32, (1, 2), 3
@@ -160,16 +161,25 @@ def _profile(bench: Bench) -> dict[str, Any]:
     g, b = bench.params["generation"], bench.params["bench"]
     artefacts.build(bench.paths.fp32_export, Path(bench.paths.variants), list(PROFILED), log=bench.log, required=True)
     rows, repeats = bench.corpus_rows, min(b["repeats"], CORPUS_REPEATS)
+    ct2 = peers.Engine(profile.PEER, bench.paths, 1) if profile.PEER in bench.engines else None
     bench.log(
         f"where the time goes: {len(rows)} sentences at their real lengths, batches {PROFILE_BATCHES}: {PROFILED}"
+        + (f", beside {profile.PEER}" if ct2 else "")
     )
-    return {
-        f"batch{batch}": {
+    out = {}
+    for batch in PROFILE_BATCHES:
+        parts = {
             name: profile.profile(bench.paths.variant(name), rows, batch, g["num_beams"], g["max_new_tokens"], repeats)
             for name in PROFILED
         }
-        for batch in PROFILE_BATCHES
-    }
+        if ct2 is not None:
+            work = functools.partial(ct2.corpus, rows, g["num_beams"], g["max_new_tokens"], batch)
+            peer = timing.timed(work, 1, repeats)
+            seconds = round(peer["median_ms"] / 1000, 4)
+            times = [round(ms / 1000, 4) for ms in peer["times_ms"]]
+            parts = {**profile.against(parts, seconds), profile.PEER: {"seconds": seconds, "times_s": times}}
+        out[f"batch{batch}"] = parts
+    return out
 
 
 def _search_graph(bench: Bench) -> dict[str, Any]:

@@ -10,9 +10,10 @@
   workload's beams: the share whose tokens are the same every way (a translation must not depend on what it is
   batched with), and the sentences that change; `invariance_all` does several variants, one per core, untimed;
 - `speed`: the workload (the params' batch sizes at their beams, what the service and batch run) on a fixed subset
-  of the sentences, repetitions interleaved across all variants (so a verdict can tell a real speed difference
-  from the machine's drift), and the objective: the workload's time, one number per variant and repetition.
-  A subset because timing every sentence of every variant would cost minutes and tell no more.
+  of the sentences (a corpus workload: that many at their real lengths, sorted into batches), repetitions
+  interleaved across all variants (so a verdict can tell a real speed difference from the machine's drift), and
+  the objective: the workload's time, one number per variant and repetition. A subset because timing every
+  sentence of every variant would cost minutes and tell no more.
 - `footprint`: size on disk, session load time, resident memory after load in a fresh process.
 """
 
@@ -42,28 +43,42 @@ Contender = Callable[[list[str], int], Any]  # translates a batch of sentences w
 
 @dataclass(frozen=True)
 class Workload:
-    """What the objective times: batches of `batch` sentences at `beams` beams, weighted by `weight`."""
+    """What the objective times: batches of `batch` sentences at `beams` beams, weighted by `weight`; with
+    `corpus` > 0, that many sentences of the eval set at their real lengths, sorted by length into those batches."""
 
     batch: int
     beams: int
     weight: float = 1.0
+    corpus: int = 0
 
     @property
     def key(self) -> str:
-        """b<batch>_beam<beams>: how its timings are keyed (`times_ms_<key>`, `p50_ms_<key>`)."""
-        return f"b{self.batch}_beam{self.beams}"
+        """b<batch>_beam<beams> (corpus_b<batch>_beam<beams> for a corpus): how its timings are keyed
+        (`times_ms_<key>`, `p50_ms_<key>`)."""
+        return f"{'corpus_' if self.corpus else ''}b{self.batch}_beam{self.beams}"
 
 
 def workload(quant: dict[str, Any], generation: dict[str, Any]) -> tuple[Workload, ...]:
     """The params' workload: `quant.workload_batches` at `quant.workload_beams` (default: generation.num_beams, what
-    the service and batch decode with), each weighted by `quant.workload_weights` (default 1)."""
+    the service and batch decode with), each weighted by `quant.workload_weights` (default 1), over
+    `quant.workload_corpus` sentences at their real lengths when it is set (absent or 0: the latency workload)."""
     beams = quant["workload_beams"] or generation["num_beams"]
     weights = quant["workload_weights"] or [1.0] * len(quant["workload_batches"])
     if len(weights) != len(quant["workload_batches"]):
         raise ValueError(
             f"quant.workload_weights has {len(weights)} weights for {len(quant['workload_batches'])} batch sizes"
         )
-    return tuple(Workload(b, beams, w) for b, w in zip(quant["workload_batches"], weights))
+    corpus = quant.get("workload_corpus") or 0
+    return tuple(Workload(b, beams, w, corpus) for b, w in zip(quant["workload_batches"], weights))
+
+
+def corpus_batches(sources: list[str], count: int, batch: int) -> list[list[str]]:
+    """A corpus workload's batches: `count` of `sources`, evenly spaced (all of them when there are fewer), sorted
+    longest first by characters (a measure every contender shares: no tokenizer decides the batches), in batches
+    of at most `batch`."""
+    picked = sources if count >= len(sources) else [sources[i * len(sources) // count] for i in range(count)]
+    ordered = sorted(picked, key=len, reverse=True)
+    return [ordered[i : i + batch] for i in range(0, len(ordered), batch)]
 
 
 @dataclass(frozen=True)
@@ -87,7 +102,10 @@ class VariantBench:
         """The objective's name (verdicts.objective_name), e.g. latency@b1,b8;beams=4."""
         beams = {w.beams for w in self.workload}
         return verdicts.objective_name(
-            [w.batch for w in self.workload], beams.pop() if len(beams) == 1 else 0, [w.weight for w in self.workload]
+            [w.batch for w in self.workload],
+            beams.pop() if len(beams) == 1 else 0,
+            [w.weight for w in self.workload],
+            max(w.corpus for w in self.workload),
         )
 
     def _translator(self, variant_dir: str | Path) -> Translator:
@@ -178,14 +196,20 @@ class VariantBench:
         return lambda batch, beams: self._generate(translator, batch, len(batch), beams)
 
     def _timed_once(self, contender: Contender) -> dict[str, list[float]]:
-        """One repetition of the workload: the timing sentences in batches of each workload's size and beams."""
+        """One repetition of the workload: the timing sentences in batches of each workload's size and beams (a
+        corpus workload: its sentences in `corpus_batches`)."""
         subset = self.sources[: self.timing_sentences]
         out: dict[str, list[float]] = {}
         for w in self.workload:
             out[w.key] = []
-            for i in range(0, len(subset), w.batch):
+            batches = (
+                corpus_batches(self.sources, w.corpus, w.batch)
+                if w.corpus
+                else [subset[i : i + w.batch] for i in range(0, len(subset), w.batch)]
+            )
+            for batch in batches:
                 start = time.perf_counter()
-                contender(subset[i : i + w.batch], w.beams)
+                contender(batch, w.beams)
                 out[w.key].append((time.perf_counter() - start) * 1000)
         return out
 

@@ -102,10 +102,12 @@ def passes(row: dict[str, Any]) -> bool:
     )
 
 
-def objective_name(batches: list[int], beams: int, weights: list[float]) -> str:
-    """The objective as a name: `latency@b1,b8;beams=4`, with the weights when they are not all 1."""
+def objective_name(batches: list[int], beams: int, weights: list[float], corpus: int = 0) -> str:
+    """The objective as a name: `latency@b1,b8;beams=4`, with the weights when they are not all 1; a corpus
+    workload of N sentences at their real lengths (`corpus`) is `corpus<N>@b32;beams=4`."""
     weighted = "" if all(w == 1 for w in weights) else ";weights=" + ",".join(f"{w:g}" for w in weights)
-    return f"latency@{','.join(f'b{b}' for b in batches)};beams={beams}{weighted}"
+    kind = f"corpus{corpus}" if corpus else "latency"
+    return f"{kind}@{','.join(f'b{b}' for b in batches)};beams={beams}{weighted}"
 
 
 def recommend(

@@ -3,10 +3,10 @@
 The first screen holds the verdict (every export token-identical to PyTorch or not, the recommended variant
 and why), the variant table (size, latency with spread, speed against PyTorch fp32 and CTranslate2 int8,
 BLEU/chrF with the delta's 95 % CI, gate, exact-match rate), the peer chart and the run's identity. Below it:
-what the model knows (in and out of domain), sample translations with the tokens that differ from PyTorch
-marked, pitfalls and doctor tables, the figures grouped by notebook, the notebooks, and every metric in a
-collapsed, filterable section with the unit, kind and direction report.schema declares for it. Rendered with
-Jinja2 from the run directory's files.
+where a pass over the corpus goes (notebook 07's profile), what the model knows (in and out of domain), sample
+translations with the tokens that differ from PyTorch marked, pitfalls and doctor tables, the figures grouped by
+notebook, the notebooks, and every metric in a collapsed, filterable section with the unit, kind and direction
+report.schema declares for it. Rendered with Jinja2 from the run directory's files.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any
 from markupsafe import Markup, escape
 
 from mtonnx.data import HSK_CREDIT
+from mtonnx.engines import PROFILE_PEER
 from mtonnx.foundation.files import write_atomic
 from mtonnx.report import schema
 from mtonnx.report.baseline import BASELINE_FILE
@@ -101,6 +102,36 @@ def peer_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
         for key, value in bench.get("ratio", {}).items()
         if value is not None
     ]
+
+
+def profile_rows(recorded: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The profile study as recorded (measure.profile.summary: `batch<N>` -> {variant: its profile, "ct2-int8": its
+    seconds}) as one row per batch and variant: seconds, each part's share, CTranslate2 int8's seconds and the two
+    ratios, the work no output needed, quantization's share of ORT's node time and its top operators (None: not
+    recorded)."""
+    out = []
+    for entries in recorded.values():
+        peer = entries.get(PROFILE_PEER, {}).get("seconds")
+        for name, p in entries.items():
+            if name == PROFILE_PEER:
+                continue
+            out.append(
+                {
+                    "batch": p["batch"],
+                    "variant": name,
+                    "sentences": p["sentences"],
+                    "seconds": p["seconds"],
+                    **p["shares"],
+                    "ct2-int8 seconds": peer,
+                    "vs ct2-int8": p.get("vs_ct2_int8"),
+                    "ORT alone vs ct2-int8": p.get("ort_only_vs_ct2_int8"),
+                    "rows beyond outputs": p["beyond_output_share"],
+                    "padded encoder positions": p["padded_encoder_share"],
+                    "quantization in ORT": p["quantization_share"],
+                    "top operators": p["top_operators"],
+                }
+            )
+    return out
 
 
 def highlight(reference: str, text: str) -> Markup:
@@ -188,6 +219,7 @@ def write_index(run_dir: str | Path, notebooks: list[dict[str, Any]], env: dict[
         verdict=first,
         variants=variant_rows(metrics),
         peers=peer_rows(metrics),
+        profile=profile_rows(metrics.get("bench", {}).get("profile", {})),
         identity=identity(env),
         env=env,
         metrics=metric_rows(metrics),

@@ -33,6 +33,7 @@ import numpy as np
 NEG = np.float32(-1.0e9)  # transformers' "impossible" score, in float32 as there
 
 
+PROMPT = 1  # beam search scores lengths without the decoder start token
 SEARCH_KEYS = ("num_beams", "max_length", "length_penalty", "early_stopping")  # named when taken from elsewhere
 
 
@@ -187,7 +188,7 @@ def _retire(done: np.ndarray) -> bool:
 
 def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
     """Beam search over `batch` sentences x `s.num_beams` rows (the run holds batch*beams rows)."""
-    k, keep, prompt = s.num_beams, 2 * s.num_beams, 1
+    k, keep, prompt = s.num_beams, 2 * s.num_beams, PROMPT
     running = np.full((batch, k, s.max_length), s.pad_token_id, dtype=np.int64)
     running[:, :, 0] = s.decoder_start_token_id
     finished_seq = running.copy()
@@ -240,16 +241,11 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
         source_beam = cand_beam[sentence, pick]
 
         just_finished = hits & top_k_mask[None, :]
-        normalized = cand_scores / np.float32((cur_len + 1 - prompt) ** s.length_penalty)
-        all_done = is_finished.all(axis=1, keepdims=True) & (s.early_stopping is True)
-        normalized = normalized + all_done.astype(np.float32) * NEG
-        normalized = normalized + (~can_improve).astype(np.float32) * NEG
-        normalized = normalized + (~just_finished).astype(np.float32) * NEG
-        merged_scores = np.concatenate([finished_scores, normalized], axis=1)
-        best = _top_k(merged_scores, k)
-        finished_seq = np.concatenate([finished_seq, cand_seq], axis=1)[sentence, best]
-        finished_scores = merged_scores[sentence, best]
-        is_finished = np.concatenate([is_finished, just_finished], axis=1)[sentence, best]
+        if just_finished.any() or finished_scores.min() < NEG:  # else the merge keeps the set (_merge_finished)
+            finished = (finished_seq, finished_scores, is_finished)
+            finished_seq, finished_scores, is_finished = _merge_finished(
+                finished, cand_seq, cand_scores, just_finished, can_improve, cur_len, s
+            )
 
         cur_len += 1
         length = (s.max_length - prompt) if s.early_stopping == "never" and s.length_penalty > 0 else cur_len - prompt
@@ -273,6 +269,39 @@ def beam_search(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
         tokens = running[:, :, cur_len - 1].reshape(-1)
     retired.update(zip(held.tolist(), finished_seq[:, 0, :cur_len]))
     return [_until_eos(retired[i][1:].tolist(), s.eos_token_id) for i in range(batch)]
+
+
+def _merge_finished(
+    finished: tuple[np.ndarray, np.ndarray, np.ndarray],
+    cand_seq: np.ndarray,
+    cand_scores: np.ndarray,
+    just_finished: np.ndarray,
+    can_improve: np.ndarray,
+    cur_len: int,
+    s: GenerationSettings,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The finished set (sequences, scores, flags) after this step's candidates that ended: each scored by its
+    length-normalized score, the ones that cannot enter it pushed below NEG (not just finished, a sentence that
+    can no longer improve, or one whose beams are all finished under early_stopping=True), the best `beams` kept.
+
+    A step where no candidate ended leaves the set as it is when no entry of it scores below NEG: every new entry
+    is then NEG plus a score of at most 0 (at most NEG in float32), and the top-k keeps the existing, lower-index,
+    entries on ties; so the caller skips that step's merge."""
+    finished_seq, finished_scores, is_finished = finished
+    batch, k = finished_scores.shape
+    sentence = np.arange(batch)[:, None]
+    normalized = cand_scores / np.float32((cur_len + 1 - PROMPT) ** s.length_penalty)
+    all_done = is_finished.all(axis=1, keepdims=True) & (s.early_stopping is True)
+    normalized = normalized + all_done.astype(np.float32) * NEG
+    normalized = normalized + (~can_improve).astype(np.float32) * NEG
+    normalized = normalized + (~just_finished).astype(np.float32) * NEG
+    merged_scores = np.concatenate([finished_scores, normalized], axis=1)
+    best = _top_k(merged_scores, k)
+    return (
+        np.concatenate([finished_seq, cand_seq], axis=1)[sentence, best],
+        merged_scores[sentence, best],
+        np.concatenate([is_finished, just_finished], axis=1)[sentence, best],
+    )
 
 
 def generate(run: Run, batch: int, s: GenerationSettings) -> list[list[int]]:
@@ -351,8 +380,15 @@ def _candidates_from_head(
         scores[cols == column] = -np.inf
     flat = (cols + (np.arange(len(cols)) % beams * vocab)[:, None]).reshape(batch, -1)
     scores = scores.reshape(batch, -1)
-    pick = np.lexsort((flat, -scores))[:, :keep]
-    return np.take_along_axis(flat, pick, axis=1), np.take_along_axis(scores, pick, axis=1)
+    sentence = np.arange(batch)[:, None]
+    # A stable sort of the scores ranks as the lexsort below unless two of the first keep + 1 are equal: the head
+    # lists each row's ties by column, but two different log-probabilities can round to one score.
+    pick = np.argsort(-scores, axis=1, kind="stable")[:, : keep + 1]
+    ranked = scores[sentence, pick]
+    if (ranked[:, 1:] == ranked[:, :-1]).any():
+        pick = np.lexsort((flat, -scores))
+    pick = pick[:, :keep]
+    return flat[sentence, pick], scores[sentence, pick]
 
 
 @functools.lru_cache(maxsize=64)
