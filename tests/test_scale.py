@@ -562,3 +562,16 @@ def test_ray_reports_the_warnings_local_does(ray_cluster, hand_export, tmp_path)
     cuts = {engine: [line for line in lines if "too long" in line] for engine, lines in logs.items()}
     assert cuts["ray"] == cuts["local"]
     assert [line.split(":")[2] for line in cuts["ray"]] == [" corpus.txt line 2", " corpus.txt line 5"]
+
+
+@pytest.mark.ray
+def test_every_node_must_hold_the_driver_s_model(ray_cluster, hand_export, tmp_path):
+    from mtonnx.runtime.integrity import content_key
+    from mtonnx.scale import ray_engine
+
+    ray_engine.check_nodes((str(hand_export),), content_key(hand_export))  # the same copy: nothing to say
+    with pytest.raises(ScaleError, match=r"^node \S+ \(id \w+\) holds another model at .*: its files differ"):
+        ray_engine.check_nodes((str(hand_export),), "0" * 64)
+    missing = tmp_path / "nowhere"
+    with pytest.raises(ScaleError, match=rf"^node \S+ \(id \w+\) has no model directory {missing}: copy it there"):
+        ray_engine.check_nodes((str(missing),), content_key(hand_export))

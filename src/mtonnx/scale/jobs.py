@@ -116,6 +116,7 @@ def translate_files(
         try:
             if pending and engine == "ray":
                 ray_engine.check_resources(workers, threads_per_worker)
+                ray_engine.check_nodes(worker["model_dirs"], settings["model_content"])
             for item in items:
                 shards.prepare(job, item, keep_shard=states[item.path] == "complete")
             start = time.perf_counter()

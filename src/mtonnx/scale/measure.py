@@ -1,10 +1,13 @@
-"""Notebook 10's measurements: a corpus from the project's data, what a local Ray cluster costs (start-up, memory),
-the pipeline's own I/O rate, and the on-paper plan (workers and wall time) from a measured per-worker rate."""
+"""Notebook 12's measurements: a corpus from the project's data, what a local Ray cluster costs (start-up, memory),
+the pipeline's own I/O rate, the on-paper plan (workers and wall time) from a measured per-worker rate, and the same
+job on one node and on two (`two_nodes`, each cluster in a network namespace of its own: mtonnx.scale.cluster)."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -206,3 +209,53 @@ def plan(
         for h in deadlines_h:
             out[f"workers_for_{h:g}h"][name] = workers_for(rate_per_worker, overhead_s, sentences, h * 3600)
     return out
+
+
+NODE_RUNS = (  # two_nodes' runs: (name, mtonnx.scale.cluster fault, logical CPUs of each node)
+    ("nodes1", "none", (2,)),
+    ("nodes2", "none", (1, 1)),
+    ("kill_worker", "kill-worker", (1, 1)),
+)
+
+
+def two_nodes(
+    model_dir: str | Path, inputs: str, out_dir: str | Path, batch_args: tuple[str, ...] = (), repeats: int = 3
+) -> dict:
+    """The same `mtonnx batch --workers 2` job (`batch_args` added) on one node of 2 CPUs, on two nodes of 1 CPU,
+    and on two nodes again with a translation worker killed halfway through the plain two-node run's time
+    (NODE_RUNS), in `repeats` rounds of the three, each run on its own cluster with token authentication in its own
+    network namespace. Per run: exit status, wall seconds of the command (start to exit, as a user waits for it),
+    its output directory and the Ray processes left. Then, paired by round: `nodes2_vs_nodes1`, one node's seconds
+    over two nodes' (above 1: two nodes were faster), and `kill_worker_lost_s`, the killed run's seconds beyond the
+    plain two-node run's, each as its median with the min and max over the rounds. RuntimeError for a run that did
+    not finish with exit status 0."""
+    from mtonnx.scale import cluster
+
+    rounds: list[dict[str, dict]] = []
+    for k in range(repeats):
+        runs: dict[str, dict] = {}
+        for name, fault, cpus in NODE_RUNS:
+            out = Path(out_dir) / f"{name}-{k + 1}"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            result = out.with_suffix(".json")
+            args = [fault, str(model_dir), inputs, str(out), str(result), "--cpus", ",".join(map(str, cpus))]
+            if fault == "kill-worker":
+                args += ["--kill-after", str(runs["nodes2"]["seconds"] / 2)]
+            done = subprocess.run(cluster.isolated([*args, "--", *batch_args]), capture_output=True, text=True)
+            if done.returncode != 0:
+                lines = [line for line in done.stderr.splitlines() if line.strip()] or [f"exit {done.returncode}"]
+                raise RuntimeError(f"the {name} run could not be made: {lines[-1]}")
+            runs[name] = {**json.loads(result.read_text(encoding="utf-8")), "out": out}
+            failed = [run for run in runs[name]["runs"] if run["rc"] != 0]
+            if failed:
+                raise RuntimeError(f"the {name} run failed: {(failed[0]['stderr'] or ['no message'])[-1]}")
+        rounds.append(runs)
+    ratio = [r["nodes1"]["seconds"] / r["nodes2"]["seconds"] for r in rounds]
+    lost = [r["kill_worker"]["seconds"] - r["nodes2"]["seconds"] for r in rounds]
+    return {
+        "rounds": rounds,
+        "nodes2_vs_nodes1": round(statistics.median(ratio), 3),
+        "nodes2_vs_nodes1_range": [round(min(ratio), 3), round(max(ratio), 3)],
+        "kill_worker_lost_s": round(statistics.median(lost), 2),
+        "kill_worker_lost_s_range": [round(min(lost), 2), round(max(lost), 2)],
+    }

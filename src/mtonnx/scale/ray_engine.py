@@ -16,6 +16,15 @@ any work. A local cluster gets max(cores, N*T) + SPARE_CPUS logical CPUs: the ac
 the spare ones; they only raise the number of idle worker processes Ray keeps warm (one per logical CPU), so the
 0-CPU read and write tasks reuse a warm process instead of starting a Python interpreter mid-job, on the cores the
 actors translate on.
+
+On a cluster, `connect` turns a missing or wrong authentication token into one line that says how to pass it, and
+`check_nodes` refuses, before any work, a node that lacks the model directory or holds another model in it.
+Rows land exactly once through a lost worker or node: Ray Data's actor pool keeps its defaults, max_restarts=-1 and
+max_task_retries=-1 (a dead actor is restarted and its call retried, on the actors left while it restarts), and
+its read and write tasks are retried on a system failure (Ray's max_retries); rows reach disk only through
+`shards.commit`, which writes a file's whole shard (or a part named by its chunk) under a temporary name, renames it
+and writes its sidecar last; so a chunk run twice writes the same file twice, never two copies of its rows, and a
+rerun redoes only the inputs without a complete sidecar.
 """
 
 from __future__ import annotations
@@ -38,6 +47,14 @@ from mtonnx.scale import shards, work
 from mtonnx.scale.inputs import CHUNK_ROWS, Input, ScaleError
 
 SPARE_CPUS = 2  # never requested: they keep a read and a write worker process warm (see the module docstring)
+NO_TOKEN = (  # a reachable head that refuses a driver without its token: Ray says only that it failed to connect
+    "the cluster uses token authentication, as a head of Ray 2.60 does by default: set RAY_AUTH_MODE=token and "
+    "RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, a file holding it) as on its nodes"
+)
+TOKEN_HINT = (
+    "it requires its authentication token: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, a "
+    "file holding it) as on its nodes"
+)
 
 
 class ShardSink(Datasink):
@@ -69,9 +86,12 @@ def connect(address: str | None, cpus_needed: int, log: Callable[[str], None]) -
         _reachable(address)  # ray.init retries a dead address for minutes
         try:
             ray.init(address=address, logging_level=logging.WARNING)
+        except ray.exceptions.AuthenticationError:
+            raise ScaleError(f"cannot join the Ray cluster at {address}: {TOKEN_HINT}") from None
         except (ConnectionError, RuntimeError, ValueError) as err:
             lines = [line for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
-            raise ScaleError(f"cannot join the Ray cluster at {address}: {lines[0]}") from None
+            hint = f" ({TOKEN_HINT})" if "token" in lines[0].lower() else f" (if {NO_TOKEN})"
+            raise ScaleError(f"cannot join the Ray cluster at {address}: {lines[0]}{hint}") from None
         log(f"joined the Ray cluster at {address} in {time.perf_counter() - start:.1f} s")
     else:
         cores = os.cpu_count() or 1
@@ -110,6 +130,39 @@ def check_resources(workers: int, threads: int) -> None:
             f"the Ray cluster has {total:g} CPUs (at most {largest:g} on one node); {workers} workers x {threads} "
             f"threads need {workers * threads} (and {threads} on one node): lower --workers or --threads-per-worker"
         )
+
+
+def check_nodes(model_dirs: tuple[str, ...], expected: str, timeout_s: float = 120.0) -> None:
+    """Refuse a cluster where a node that can run a worker lacks the model, or holds another one: on each such node
+    a task (pinned there, no CPU) finds the first of `model_dirs` that is a directory and its content key
+    (runtime.integrity.content_key: its files' names and hashes), which must be the driver's, `expected`. One line
+    names the first node that fails, by address and id, and the directory."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe = ray.remote(num_cpus=0, max_retries=0)(_model_key)
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get("CPU", 0) > 0]
+    pinned = [NodeAffinitySchedulingStrategy(n["NodeID"], soft=False) for n in nodes]
+    found = ray.get([probe.options(scheduling_strategy=s).remote(model_dirs) for s in pinned], timeout=timeout_s)
+    wanted = model_dirs[-1]
+    for node, key in zip(nodes, found):
+        name = f"node {node['NodeManagerAddress']} (id {node['NodeID'][:12]})"
+        if key is None:
+            raise ScaleError(
+                f"{name} has no model directory {wanted}: copy it there, or mount it at that path, on every node"
+            )
+        if key != expected:
+            raise ScaleError(
+                f"{name} holds another model at {wanted}: its files differ from the driver's copy; "
+                "copy the same directory to every node"
+            )
+
+
+def _model_key(model_dirs: tuple[str, ...]) -> str | None:
+    """On a node: the content key of the first of `model_dirs` that is a directory there, None when none is."""
+    from mtonnx.runtime.integrity import content_key
+
+    here = next((d for d in model_dirs if Path(d).is_dir()), None)
+    return None if here is None else content_key(here)
 
 
 def run(
