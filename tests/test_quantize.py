@@ -191,35 +191,3 @@ def test_a_corpus_workload_times_evenly_spaced_sentences_sorted_by_length_into_i
     flat = [s for batch, _ in one_pass for s in batch]
     assert sorted(flat) == sorted(sources[i * 4] for i in range(10))  # every 4th of 40: evenly spaced
     assert [len(s) for s in flat] == sorted((len(s) for s in flat), reverse=True)  # longest first
-
-
-@pytest.mark.parametrize("bias_value", [0.0, 0.5])
-def test_an_all_zero_logits_bias_is_dropped_and_the_logits_stay_the_same(bias_value, tmp_path):
-    import onnxruntime as ort
-    from onnx import TensorProto, helper
-
-    from mtonnx.passes.lm_head import drop_zero_logits_bias
-
-    rng = np.random.default_rng(0)
-    weight = rng.standard_normal((8, 11)).astype(np.float32)
-    bias = np.full((1, 11), bias_value, np.float32)
-    graph = helper.make_graph(
-        [
-            helper.make_node("MatMul", ["hidden", "lm_head"], ["projected"]),
-            helper.make_node("Add", ["projected", "final_logits_bias"], ["logits"]),
-        ],
-        "head",
-        [helper.make_tensor_value_info("hidden", TensorProto.FLOAT, [2, 3, 8])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 3, 11])],
-        [numpy_helper.from_array(weight, "lm_head"), numpy_helper.from_array(bias, "final_logits_bias")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    before = onnx.ModelProto()
-    before.CopyFrom(model)
-    dropped = drop_zero_logits_bias(model)
-    assert dropped == (1 if bias_value == 0 else 0)
-    assert [n.op_type for n in model.graph.node] == (["MatMul"] if dropped else ["MatMul", "Add"])
-    assert ("final_logits_bias" in {i.name for i in model.graph.initializer}) == (not dropped)
-    hidden = rng.standard_normal((2, 3, 8)).astype(np.float32)
-    run = [ort.InferenceSession(m.SerializeToString()).run(["logits"], {"hidden": hidden})[0] for m in (before, model)]
-    np.testing.assert_array_equal(run[0], run[1])

@@ -1,14 +1,9 @@
-"""The tied lm_head made quantizable, its all-zero bias dropped, and a report of how a decoder computes its logits.
+"""The tied lm_head made quantizable, and a report of how a decoder computes its logits.
 
 Marian ties the output projection to the shared embedding: exported, the logits are
 `MatMul(hidden, Transpose(embedding))`. `quantize_dynamic` makes a MatMul integer only when its weight is a
 constant, so that MatMul stays fp32 while the embedding's Gather gets quantized, and every step dequantizes the
 whole table (notebook 06). Storing the transposed table as its own initializer fixes it.
-
-Marian also adds `final_logits_bias` to the logits, a buffer of zeros in its checkpoints: one more pass over
-rows x vocabulary floats every step (the vocabulary is the widest tensor a step writes), adding nothing.
-`drop_zero_logits_bias` removes that Add when its bias is all zeros (x + 0 is x, but for -0 becoming +0, which no
-softmax, argmax or comparison tells apart); a bias that is not all zeros stays.
 """
 
 from __future__ import annotations
@@ -47,34 +42,6 @@ def untie_lm_head(model: onnx.ModelProto) -> int:
             model.graph.node.remove(transpose)
         changed += 1
     return changed
-
-
-def drop_zero_logits_bias(model: onnx.ModelProto, output: str = "logits") -> int:
-    """Remove the Add that writes graph output `output` when its other input is an all-zero initializer no wider
-    than the logits (broadcast along them): its producer writes `output` instead. Returns 1 if removed, else 0."""
-    graph = model.graph
-    if output not in {o.name for o in graph.output}:
-        return 0
-    inits = {i.name: i for i in graph.initializer}
-    add = next((n for n in graph.node if output in n.output), None)
-    if add is None or add.op_type != "Add":
-        return 0
-    biases = [i for i in add.input if i in inits]
-    if len(biases) != 1:
-        return 0
-    bias = numpy_helper.to_array(inits[biases[0]])
-    if bias.any() or bias.size == 0 or bias.ndim > 2 or (bias.ndim == 2 and bias.shape[0] != 1):
-        return 0
-    (hidden,) = [i for i in add.input if i != biases[0]]
-    if hidden in {o.name for o in graph.output} or hidden in {i.name for i in graph.input}:
-        return 0
-    for node in graph.node:
-        node.input[:] = [output if i == hidden else i for i in node.input]
-        node.output[:] = [output if o == hidden else o for o in node.output]
-    graph.node.remove(add)
-    if not any(biases[0] in n.input for n in graph.node):
-        graph.initializer.remove(inits[biases[0]])
-    return 1
 
 
 def lm_head_report(path: str | Path) -> dict[str, Any]:

@@ -28,6 +28,7 @@ import fcntl
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import struct
@@ -172,7 +173,8 @@ class LocalCluster:
 
     def stop(self, grace_s: float = 10.0) -> int:
         """Stop every process of the cluster, and only those (`ray stop` would stop every Ray process of the machine):
-        SIGTERM, then SIGKILL to what is left; returns how many are still running after that (0: every one stopped)."""
+        SIGTERM, then SIGKILL to what is left; returns how many are still running after that (0: every one stopped,
+        and the cluster's temp directory is removed)."""
         for sig in (signal.SIGTERM, signal.SIGKILL):
             left = self.processes()
             for process in left:
@@ -180,7 +182,10 @@ class LocalCluster:
                     process.send_signal(sig)
             psutil.wait_procs(left, timeout=grace_s)
         _reap()
-        return len(self.processes())
+        left = len(self.processes())
+        if not left:  # the session's sockets and logs: nothing reads them once every process has stopped
+            shutil.rmtree(self.temp, ignore_errors=True)
+        return left
 
 
 def _name(process: psutil.Process) -> str:

@@ -84,8 +84,7 @@ def tuned(recipe: Recipe) -> Recipe:
     return replace(
         recipe,
         name=f"{recipe.name}-tuned",
-        about=f"{recipe.about}; then the tuned step (in-place decoding step, zero logits bias dropped, one mapped "
-        "weights file, search head)",
+        about=f"{recipe.about}; then the tuned step (in-place decoding step, one mapped weights file, search head)",
         transform=transform,
         finalize=finish,
         settings={**recipe.settings, "tuned": True},

@@ -31,7 +31,7 @@ from mtonnx.passes.cross_kv import extract_cross_kv
 from mtonnx.passes.graph import node_scope
 from mtonnx.passes.inplace_attention import inplace_step
 from mtonnx.passes.key_transposes import fold_key_transposes
-from mtonnx.passes.lm_head import drop_zero_logits_bias, untie_lm_head
+from mtonnx.passes.lm_head import untie_lm_head
 from mtonnx.passes.row_scales import fuse_row_scaled, graphs, per_row_activations
 from mtonnx.passes.tuned_step import tuned_step
 from mtonnx.runtime import layout
@@ -202,19 +202,15 @@ def per_file(encoder: Transform, decoders: Transform) -> Transform:
 
 
 def folded(then: Transform | None = None) -> Transform:
-    """Fold the key transposes (passes.key_transposes) and drop an all-zero logits bias (passes.lm_head), then
-    apply `then` (e.g. dynamic int8) if given."""
+    """Fold the key transposes (passes.key_transposes), then apply `then` (e.g. dynamic int8) if given."""
 
     def transform(src: Path, dst: Path) -> dict[str, Any]:
         model = onnx.load(str(src))
-        done = {
-            "folded_key_transposes": fold_key_transposes(model),
-            "dropped_logits_bias": drop_zero_logits_bias(model),
-        }
+        count = fold_key_transposes(model)
         if then is None:
             onnx.save(model, str(dst))
-            return done
-        return {**done, **staged_model(model, src.name, then, dst)}
+            return {"folded_key_transposes": count}
+        return {"folded_key_transposes": count, **staged_model(model, src.name, then, dst)}
 
     return transform
 

@@ -3,8 +3,7 @@ project's runtime faster than the plain export, one measured step each.
 
 Steps (the tuning ablation measures each against the one before; tests check each keeps the tokens of the
 eval set on tiny and on the trained hsk-enzh, the condition for keeping it, but for step 5 on int8):
-1. key transposes folded (passes.key_transposes): ORT fuses them into its MatMul, no per-step key-cache copy; and
-   an all-zero logits bias (Marian's final_logits_bias) dropped (passes.lm_head): no pass over the logits adding 0;
+1. key transposes folded (passes.key_transposes): ORT fuses them into its MatMul, no per-step key-cache copy;
 2. beam search screens candidates instead of scoring every continuation (runtime.decoding);
 3. lean layout: the cross K/V file (passes.cross_kv) computes the cross-attention K/V once per sentence and
    decoder_with_past runs every step from an empty past: decoder_model, a second full copy of the decoder
