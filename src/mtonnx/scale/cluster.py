@@ -43,6 +43,7 @@ import psutil
 
 PR_SET_CHILD_SUBREAPER = 36
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+GCS = "gcs_server"  # the process name of the cluster's control store, on the head
 TRANSLATION_WORKER = "MapWorker"  # in the process title Ray gives the actors of a Ray Data map_batches pool
 GONE = (psutil.Error, ProcessLookupError, subprocess.TimeoutExpired)  # a process already gone is not an error here
 
@@ -173,10 +174,13 @@ class LocalCluster:
 
     def stop(self, grace_s: float = 10.0) -> int:
         """Stop every process of the cluster, and only those (`ray stop` would stop every Ray process of the machine):
-        SIGTERM, then SIGKILL to what is left; returns how many are still running after that (0: every one stopped,
-        and the cluster's temp directory is removed)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            left = self.processes()
+        SIGTERM to all but the GCS, then to the GCS, then SIGKILL to what is left; returns how many are still
+        running after that (0: every one stopped, and the cluster's temp directory is removed). The GCS goes last
+        because raylets and the autoscaler's monitor exit at once on SIGTERM while it answers, but wait out a
+        timeout of their own once it is gone."""
+        phases = ((signal.SIGTERM, lambda p: _name(p) != GCS), (signal.SIGTERM, None), (signal.SIGKILL, None))
+        for sig, chosen in phases:
+            left = [p for p in self.processes() if chosen is None or chosen(p)]
             for process in left:
                 with contextlib.suppress(*GONE):
                     process.send_signal(sig)
