@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import nbformat
 
 from conftest import REPO, needs_browser
+from mtonnx.foundation.ports import free_port
 
 LESSON = "01_inspect_model.ipynb"
 FIGURE_CALL = "save_figure("
@@ -51,12 +51,6 @@ def test_save_figure_writes_the_png_and_a_kernel_shows_that_same_png_not_a_path(
     assert json.loads((run_dir / FIGURES_DIR / CAPTIONS).read_text()) == {"two_bars": "Two bars"}
     assert [o["data"]["text/plain"] for o in images] == ["Two bars", "again"]
     assert len(outputs) == 2, "nothing but the two figures: no path, no repr"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _lesson_on_ci_params(tmp_path: Path, models_dir: Path) -> tuple[Path, list[int]]:
@@ -99,7 +93,7 @@ def test_a_lesson_run_in_jupyterlab_shows_an_image_in_every_figure_cell(tmp_path
 
     lab, figures = _lesson_on_ci_params(tmp_path, models_dir)
     assert figures, f"{LESSON} has no figure cell"
-    port, token = _free_port(), "mtonnx-test"
+    port, token = free_port(), "mtonnx-test"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "MTONNX_PROJECT_ROOT": str(REPO)}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",

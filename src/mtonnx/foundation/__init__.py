@@ -6,6 +6,7 @@
 - `side_by_side`: untimed work on threads, one per usable core.
 - `jsonlines`: a child process spoken to in JSON lines (the Node runtime, the page in Chromium).
 - `repetitions`: the fewest timed repetitions a speed statement is made from.
+- `ports`: a free TCP port to listen on.
 
 Standard library only at import time, so the torch-free runtime can build on it.
 """

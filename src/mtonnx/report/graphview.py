@@ -21,13 +21,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from mtonnx.foundation.ports import free_port
 from mtonnx.foundation.side_by_side import per_core
 
 CHROMIUM_ARGS = [
@@ -69,13 +69,6 @@ def find_chromium() -> str | None:
         if path := shutil.which(name):
             return path
     return None
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # The interactive view's policy: the page may load and talk to the loopback server only (no analytics, no fonts

@@ -41,6 +41,8 @@ from pathlib import Path
 
 import psutil
 
+from mtonnx.foundation.ports import free_port
+
 PR_SET_CHILD_SUBREAPER = 36
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 GCS = "gcs_server"  # the process name of the cluster's control store, on the head
@@ -65,13 +67,6 @@ def loopback_up() -> None:
         request = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
         fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on at 127.0.0.1 now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class LocalCluster:

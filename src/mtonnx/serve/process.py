@@ -12,7 +12,6 @@ import atexit
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,14 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mtonnx.foundation.ports import free_port
 from mtonnx.serve.server import EXIT_WITH_PARENT
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class ServiceProcess:
