@@ -47,14 +47,10 @@ from mtonnx.scale import shards, work
 from mtonnx.scale.inputs import CHUNK_ROWS, Input, ScaleError
 
 SPARE_CPUS = 2  # never requested: they keep a read and a write worker process warm (see the module docstring)
-NO_TOKEN = (  # a reachable head that refuses a driver without its token: Ray says only that it failed to connect
-    "the cluster uses token authentication, as a head of Ray 2.60 does by default: set RAY_AUTH_MODE=token and "
-    "RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, a file holding it) as on its nodes"
-)
-TOKEN_HINT = (
-    "it requires its authentication token: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, a "
-    "file holding it) as on its nodes"
-)
+SET_TOKEN = "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (or RAY_AUTH_TOKEN_PATH, a file holding it) as on its nodes"
+# a reachable head that refuses a driver without its token: Ray says only that it failed to connect
+NO_TOKEN = f"the cluster uses token authentication, as a head of Ray 2.60 does by default: {SET_TOKEN}"
+TOKEN_HINT = f"it requires its authentication token: {SET_TOKEN}"
 
 
 class ShardSink(Datasink):
